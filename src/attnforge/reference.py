@@ -1,0 +1,104 @@
+"""The float64 reference every kernel and every TL program is judged against.
+
+Conventions (the same in TL, the translators and the docs):
+- layout BHSD: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv); query head h reads
+  key/value head h // (Hq // Hkv);
+- scores are modified in this order: scale, softcap (c * tanh(s / c)), ALiBi
+  (- slope[h] * |q_idx + Sk - Sq - kv_idx|), the custom score_mod; then every mask;
+- causal "bottom_right": key j is visible to query i when j <= i + Sk - Sq; "top_left": j <= i;
+- a sliding window keeps diag - left <= j <= diag + right with diag = i + Sk - Sq;
+- a query row with no visible key (fully masked) has output 0 and log-sum-exp -inf.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+ScoreFn = Callable[..., np.ndarray]  # (score, b, h, q_idx, kv_idx) -> score, all broadcast arrays
+MaskFn = Callable[..., np.ndarray]  # (b, h, q_idx, kv_idx) -> bool
+
+
+def attention_reference(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    causal_align: str = "bottom_right",
+    window: tuple[int | None, int | None] = (None, None),
+    alibi_slopes: np.ndarray | None = None,
+    softcap: float | None = None,
+    score_mod: ScoreFn | None = None,
+    mask_mod: MaskFn | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Attention in float64: returns (O (B, Hq, Sq, Dv), LSE (B, Hq, Sq)) with the natural log."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, Hq, Sq, D = q.shape
+    _, Hkv, Sk, _ = k.shape
+    if Hq % Hkv:
+        raise ValueError(f"query heads {Hq} are not a multiple of key/value heads {Hkv}")
+    group = Hq // Hkv
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    qi = np.arange(Sq)[:, None]
+    kj = np.arange(Sk)[None, :]
+    diag = qi + Sk - Sq
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    if alibi_slopes is not None:
+        slopes = np.asarray(alibi_slopes, dtype=np.float64).reshape(1, Hq, 1, 1)
+        s = s - slopes * np.abs(diag - kj)
+    bi = np.arange(B).reshape(B, 1, 1, 1)
+    hi = np.arange(Hq).reshape(1, Hq, 1, 1)
+    if score_mod is not None:
+        s = np.broadcast_to(score_mod(s, bi, hi, qi, kj), s.shape).astype(np.float64)
+
+    keep = np.ones((B, Hq, Sq, Sk), dtype=bool)
+    if causal:
+        keep &= (kj <= diag) if causal_align == "bottom_right" else (kj <= qi)
+    left, right = window
+    if left is not None:
+        keep &= kj >= diag - left
+    if right is not None:
+        keep &= kj <= diag + right
+    if mask_mod is not None:
+        keep &= np.broadcast_to(np.asarray(mask_mod(bi, hi, qi, kj), dtype=bool), keep.shape)
+    s = np.where(keep, s, -np.inf)
+
+    row_max = s.max(axis=-1, keepdims=True)
+    empty = ~np.isfinite(row_max)  # only -inf: every key masked
+    safe_max = np.where(empty, 0.0, row_max)
+    p = np.exp(s - safe_max)
+    row_sum = p.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        o = np.where(empty, 0.0, np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(empty, 1.0, row_sum))
+        lse = np.where(empty, -np.inf, safe_max + np.log(np.where(empty, 1.0, row_sum)))[..., 0]
+    return o, lse
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref|| / ||ref|| over finite reference entries; NaN anywhere in ``out`` gives inf.
+
+    Entries where the reference is -inf (a fully masked row's log-sum-exp) must match exactly.
+    """
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"shape {out.shape} differs from the reference's {ref.shape}")
+    if np.isnan(out).any():
+        return float("inf")
+    finite = np.isfinite(ref)
+    if not np.array_equal(out[~finite], ref[~finite]):
+        return float("inf")
+    diff = out[finite] - ref[finite]
+    if not np.isfinite(diff).all():
+        return float("inf")
+    denom = np.linalg.norm(ref[finite])
+    num = np.linalg.norm(diff)
+    return float(num / denom) if denom > 0 else float(num)

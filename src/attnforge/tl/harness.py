@@ -1,0 +1,187 @@
+"""Run a TL program on random inputs and compare it with the float64 reference.
+
+What a program computes comes from its ``computes`` header (causal alignment, window, ALiBi,
+softcap, custom score and mask modifiers); the numbers those features need come from runtime
+scalars, with defaults chosen to make each feature bite on small shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..dtypes import round_to
+from ..errors import AttnforgeError, TLRuntimeError
+from ..reference import attention_reference, relative_error
+from . import nodes as n
+from .evaluate import evaluate
+from .interpreter import run_program
+
+# Relative-error bounds by the precision the program is run at (None: exact float64).
+TOLERANCE = {None: 1e-10, "fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp8e4m3": 1.5e-1, "fp8e5m2": 3e-1}
+
+
+@dataclass(frozen=True)
+class Shape:
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Sk: int
+    D: int
+    Dv: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shape":
+        """``B,HQ,HKV,SQ,SK,D[,DV]`` (DV defaults to D)."""
+        parts = [p.strip() for p in str(text).split(",")]
+        if len(parts) not in (6, 7) or not all(p.isdigit() for p in parts):
+            raise AttnforgeError(f"shape {text!r} is not B,HQ,HKV,SQ,SK,D[,DV]", where="--shape", hint="e.g. --shape 2,8,2,113,203,64")
+        values = [int(p) for p in parts] + ([int(parts[5])] if len(parts) == 6 else [])
+        shape = cls(*values)
+        if min(values) < 1:
+            raise AttnforgeError(f"shape {text!r} has a zero size", where="--shape", hint="every size must be >= 1")
+        if shape.Hq % shape.Hkv:
+            raise AttnforgeError(f"HQ={shape.Hq} is not a multiple of HKV={shape.Hkv}", where="--shape", hint="GQA needs HQ = G * HKV")
+        return shape
+
+    def sizes(self) -> dict[str, int]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"B={self.B} Hq={self.Hq} Hkv={self.Hkv} Sq={self.Sq} Sk={self.Sk} D={self.D} Dv={self.Dv}"
+
+
+@dataclass(frozen=True)
+class RunReport:
+    shape: Shape
+    dtype: str | None  # None: exact float64
+    err_o: float
+    err_lse: float
+    tolerance: float
+    programs: int
+    loop_trips: int
+
+    @property
+    def passed(self) -> bool:
+        return self.err_o <= self.tolerance and self.err_lse <= self.tolerance
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"{verdict} {self.shape} dtype={self.dtype or 'float64'} rel_err(O)={self.err_o:.3e} "
+                f"rel_err(LSE)={self.err_lse:.3e} tol={self.tolerance:.0e} programs={self.programs} kv_tiles={self.loop_trips}")
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """The ALiBi paper's geometric slopes, including its rule for a head count that is not a power of two."""
+    def power_of_two(count: int) -> list[float]:
+        start = 2.0 ** (-8.0 / count)
+        return [start ** (i + 1) for i in range(count)]
+    if heads & (heads - 1) == 0:
+        return np.array(power_of_two(heads))
+    low = 2 ** int(math.floor(math.log2(heads)))
+    return np.array(power_of_two(low) + power_of_two(2 * low)[0::2][: heads - low])
+
+
+def features(program: n.Program) -> dict[str, str | n.Expr | None]:
+    merged: dict[str, str | n.Expr | None] = {}
+    for kernel in program.kernels:
+        merged.update(kernel.feature_map())
+    return merged
+
+
+def default_scalars(program: n.Program, shape: Shape) -> dict[str, float]:
+    """Values for the runtime scalars the kernels declare, chosen so each feature changes the answer."""
+    defaults = {"scale": 1.0 / math.sqrt(shape.D), "softcap": 1.5, "window_left": 37, "window_right": 11}
+    if "causal" in features(program):
+        defaults["window_right"] = 0  # a causal window cannot look ahead
+    return defaults
+
+
+def _expr_fn(expr: n.Expr, sizes: Mapping[str, int], with_score: bool):
+    def fn(*args):
+        names = ("score", "b", "h", "q_idx", "kv_idx") if with_score else ("b", "h", "q_idx", "kv_idx")
+        env = dict(sizes)
+        env.update(zip(names, args))
+        with np.errstate(all="ignore"):
+            return evaluate(expr, env)
+    return fn
+
+
+def reference_for(program: n.Program, shape: Shape, q, k, v, scalars: Mapping[str, float], slopes: np.ndarray | None):
+    """The float64 reference of what ``program`` claims to compute (its ``computes`` header)."""
+    feats = features(program)
+    sizes = shape.sizes()
+    kwargs: dict = {"scale": scalars.get("scale", 1.0 / math.sqrt(shape.D))}
+    if "causal" in feats:
+        kwargs["causal"] = True
+        kwargs["causal_align"] = feats["causal"] or "bottom_right"
+    if "window" in feats:
+        kwargs["window"] = (scalars["window_left"], scalars["window_right"])
+    if "alibi" in feats:
+        kwargs["alibi_slopes"] = slopes
+    if "softcap" in feats:
+        kwargs["softcap"] = scalars["softcap"]
+    if isinstance(feats.get("score_mod"), n.Node):
+        kwargs["score_mod"] = _expr_fn(feats["score_mod"], sizes, True)
+    if isinstance(feats.get("mask_mod"), n.Node):
+        kwargs["mask_mod"] = _expr_fn(feats["mask_mod"], sizes, False)
+    return attention_reference(q, k, v, **kwargs)
+
+
+def run_and_compare(
+    program: n.Program,
+    shape: Shape,
+    *,
+    dtype: str | None = None,
+    seed: int = 0,
+    scalars: Mapping[str, float] | None = None,
+    params: Mapping[str, int] | None = None,
+    file: str | None = None,
+) -> RunReport:
+    """Interpret ``program`` on fresh random inputs and compare O and LSE with the reference.
+
+    ``dtype=None`` runs exactly in float64 (bound 1e-10); a dtype rounds inputs, casts and
+    stores to that format and uses its tolerance. Outputs start as NaN, so an element the
+    program never writes fails the comparison.
+    """
+    rng = np.random.default_rng(seed)
+    def make(*dims):
+        x = rng.standard_normal(dims)
+        return round_to(x, dtype) if dtype else x
+    q = make(shape.B, shape.Hq, shape.Sq, shape.D)
+    k = make(shape.B, shape.Hkv, shape.Sk, shape.D)
+    v = make(shape.B, shape.Hkv, shape.Sk, shape.Dv)
+    values = default_scalars(program, shape)
+    values.update(scalars or {})
+    slopes = alibi_slopes(shape.Hq)
+    tensors = {
+        "q": q, "k": k, "v": v, "alibi_slopes": slopes,
+        "o": np.full((shape.B, shape.Hq, shape.Sq, shape.Dv), np.nan),
+        "lse": np.full((shape.B, shape.Hq, shape.Sq), np.nan),
+    }
+    if dtype is not None:
+        program = _with_dtype(program, dtype)
+    result = run_program(program, shape.sizes(), tensors, scalars=values, params=params, exact=dtype is None, file=file)
+    ref_o, ref_lse = reference_for(program, shape, q, k, v, values, slopes)
+    return RunReport(shape, dtype, relative_error(result.tensors["o"], ref_o), relative_error(result.tensors["lse"], ref_lse),
+                     TOLERANCE[dtype], result.programs, result.loop_trips)
+
+
+def _with_dtype(program: n.Program, dtype: str) -> n.Program:
+    """The program with its input and output formats set to ``dtype`` (accumulators stay fp32)."""
+    from dataclasses import replace
+    kernels = []
+    for kernel in program.kernels:
+        dtypes = dict(kernel.dtypes)
+        for alias in ("qkv", "out"):
+            if alias in dtypes:
+                dtypes[alias] = dtype
+        kernels.append(replace(kernel, dtypes=tuple(dtypes.items())))
+    return replace(program, kernels=tuple(kernels))
+
+
+__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "alibi_slopes", "TOLERANCE", "TLRuntimeError"]

@@ -1,0 +1,366 @@
+"""Reference interpreter: executes TL-Code tile by tile in numpy, one program instance at a time.
+
+It follows the program literally (grid, loop bounds, tile coordinates, masks, online softmax,
+normalisation), so a wrong bound or a missing rescale gives a measurably wrong answer. Values are
+float64; with ``exact=False`` every Cast, every load into a lower-precision tile and every store
+rounds to the format the program names, so the result shows the program's real precision.
+
+Each tile remembers the global row and column index of its elements (``rows``/``cols``), taken
+from the coordinates of the Copy that loaded it and carried through GEMMs; masks and score
+modifiers read them as ``q_idx`` (rows) and ``kv_idx`` (columns).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import numpy as np
+
+from ..dtypes import FORMATS, round_to
+from ..errors import Position, TLRuntimeError
+from . import nodes as n
+from .evaluate import evaluate
+
+SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")
+
+
+@dataclass
+class Tile:
+    data: np.ndarray
+    level: str
+    dtype: str
+    rows: np.ndarray | None = None
+    cols: np.ndarray | None = None
+    layout: str | None = None
+    extent: tuple[int, ...] | None = None  # global views: the in-bounds extent of each dimension
+
+
+@dataclass
+class RunResult:
+    """The global tensors after the run (outputs written in place) and counters for tests."""
+
+    tensors: dict[str, np.ndarray]
+    programs: int = 0
+    loop_trips: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Kernel:
+    """Executes one kernel of a program over its whole grid."""
+
+    def __init__(self, kernel: n.Kernel, env: dict, tensors: dict[str, np.ndarray], tensor_dtypes: dict[str, str], exact: bool, file: str | None, result: RunResult):
+        self.k = kernel
+        self.tensor_dtypes = tensor_dtypes
+        self.env = env
+        self.tensors = tensors
+        self.exact = exact
+        self.file = file
+        self.result = result
+        self.dtypes = kernel.dtype_map()
+
+    # -- helpers
+    def fail(self, node: n.Node, message: str, hint: str | None = None) -> None:
+        raise TLRuntimeError(f"{self.k.name}: {message}", where=Position(node.line, node.col, self.file), hint=hint)
+
+    def dtype(self, name: str, node: n.Node) -> str:
+        resolved = self.dtypes.get(name, name)
+        if resolved not in FORMATS:
+            self.fail(node, f"unknown data type {name!r}", "declare it in the header: dtype qkv = bf16, acc = fp32, out = bf16")
+        return resolved
+
+    def round(self, data: np.ndarray, dtype: str) -> np.ndarray:
+        return data if self.exact else round_to(data, dtype)
+
+    def ev(self, e: n.Expr, env: dict):
+        return evaluate(e, env, self.tensors, self.file)
+
+    def ev_int(self, e: n.Expr, env: dict, what: str) -> int:
+        v = self.ev(e, env)
+        if isinstance(v, (bool, np.bool_)) or not float(v).is_integer():
+            self.fail(e, f"{what} must be an integer, got {v!r}", "use // or cdiv() for integer division")
+        return int(v)
+
+    def shape(self, dims: tuple[n.Expr, ...], env: dict) -> tuple[int, ...]:
+        return tuple(self.ev_int(d, env, "a dimension") for d in dims)
+
+    def tile_of(self, name: str, node: n.Node, local: dict[str, Tile]) -> Tile:
+        if name not in local:
+            self.fail(node, f"{name!r} is not defined", "Allocate it, or produce it with a Copy or a Compute ... and get")
+        return local[name]
+
+    # -- grid
+    def run(self) -> None:
+        axes: list[tuple[str, int]] = []
+        env = dict(self.env)
+        for axis in self.k.grid:
+            axes.append((axis.name, self.ev_int(axis.extent, env, f"grid extent of {axis.name}")))
+        for point in itertools.product(*(range(extent) for _, extent in axes)):
+            local_env = dict(env)
+            local_env.update({name: int(i) for (name, _), i in zip(axes, point)})
+            self.result.programs += 1
+            self.block(self.k.body, local_env, {})
+
+    def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> None:
+        for stmt in body:
+            getattr(self, "s_" + type(stmt).__name__)(stmt, env, local)
+
+    # -- statements
+    def s_Allocate(self, s: n.Allocate, env: dict, local: dict[str, Tile]) -> None:
+        shape = self.shape(s.shape, env)
+        if s.level == "global":
+            if s.tensor not in self.tensors:
+                self.fail(s, f"tensor {s.tensor!r} is not an argument of this kernel", "tensors: " + ", ".join(sorted(self.tensors)))
+            base = self.tensors[s.tensor]
+            offset = tuple(self.ev_int(e, env, "an offset") for e in s.offset)
+            if len(offset) + len(shape) != base.ndim:
+                self.fail(s, f"{s.tensor} has {base.ndim} dimensions; offset {len(offset)} + shape {len(shape)} do not add up")
+            if any(not 0 <= i < d for i, d in zip(offset, base.shape)):
+                self.fail(s, f"offset {offset} is outside {s.tensor} of shape {base.shape}")
+            view = base[offset]
+            if view.shape != shape:
+                self.fail(s, f"{s.name}: {s.tensor}{list(offset)} has shape {view.shape}, not {shape}")
+            local[s.name] = Tile(view, "global", self.tensor_dtypes.get(s.tensor, "fp32"), extent=shape)
+            return
+        dtype = self.dtype(s.dtype, s)
+        init = 0.0 if s.init is None else float(self.ev(s.init, env))
+        local[s.name] = Tile(np.full(shape, init, dtype=np.float64), s.level, dtype)
+
+    def s_Copy(self, s: n.Copy, env: dict, local: dict[str, Tile]) -> None:
+        src = self.tile_of(s.src, s, local)
+        if src.level != s.src_level:
+            self.fail(s, f"{s.src} lives in {src.level}, not {s.src_level}")
+        dst = local.get(s.dst)
+        if dst is not None and dst.level != s.dst_level:
+            self.fail(s, f"{s.dst} lives in {dst.level}, not {s.dst_level}")
+        if dst is None and s.dst_level != "register":
+            self.fail(s, f"{s.dst} is not allocated in {s.dst_level}", f"add Allocate {s.dst} in {s.dst_level} (...)")
+        if s.src_level == "global":
+            self.load(s, src, dst, env, local)
+        elif s.dst_level == "global":
+            self.store(s, src, dst, env)
+        else:
+            data = src.data
+            dtype = dst.dtype if dst is not None else src.dtype
+            if dst is not None and dst.data.shape != data.shape:
+                self.fail(s, f"{s.src} has shape {data.shape} but {s.dst} has {dst.data.shape}")
+            local[s.dst] = Tile(self.round(data.copy(), dtype), s.dst_level, dtype, src.rows, src.cols, None)
+
+    def _tile_window(self, s: n.Copy, env: dict, extent: tuple[int, ...]):
+        if s.tile is None or s.coord is None:
+            self.fail(s, "a Copy to or from global memory needs a tile shape and a coordinate", "write Copy X (BM, D) at [m, 0] from global to ...")
+        tile = self.shape(s.tile, env)
+        coord = tuple(self.ev_int(c, env, "a coordinate") for c in s.coord)
+        if len(tile) != len(extent) or len(coord) != len(extent):
+            self.fail(s, f"tile {tile} and coordinate {coord} must have one entry per dimension of the {len(extent)}-d global tensor")
+        index = [c * t + np.arange(t) for c, t in zip(coord, tile)]
+        inside = [(i >= 0) & (i < e) for i, e in zip(index, extent)]
+        return tile, index, inside
+
+    def load(self, s: n.Copy, src: Tile, dst: Tile | None, env: dict, local: dict[str, Tile]) -> None:
+        tile, index, inside = self._tile_window(s, env, src.extent)
+        data = np.zeros(tile, dtype=np.float64)  # out-of-bounds elements read as zero
+        sel_dst = np.ix_(*[np.nonzero(m)[0] for m in inside])
+        sel_src = np.ix_(*[i[m] for i, m in zip(index, inside)])
+        data[sel_dst] = src.data[sel_src]
+        if dst is not None and dst.data.shape != data.shape:
+            self.fail(s, f"tile {tile} does not fit {s.dst} of shape {dst.data.shape}")
+        dtype = dst.dtype if dst is not None else src.dtype
+        rows = index[0]
+        cols = index[1] if len(index) > 1 else None
+        local[s.dst] = Tile(self.round(data, dtype), s.dst_level, dtype, rows, cols, None)
+
+    def store(self, s: n.Copy, src: Tile, dst: Tile, env: dict) -> None:
+        tile, index, inside = self._tile_window(s, env, dst.extent)
+        if src.data.shape != tile:
+            self.fail(s, f"{s.src} has shape {src.data.shape}, not the tile {tile}")
+        sel_src = np.ix_(*[np.nonzero(m)[0] for m in inside])
+        sel_dst = np.ix_(*[i[m] for i, m in zip(index, inside)])
+        dst.data[sel_dst] = self.round(src.data, dst.dtype)[sel_src]
+
+    def s_Gemm(self, s: n.Gemm, env: dict, local: dict[str, Tile]) -> None:
+        a = self.tile_of(s.a, s, local)
+        b = self.tile_of(s.b, s, local)
+        A = a.data.T if s.a_trans else a.data
+        Bm = b.data.T if s.b_trans else b.data
+        if A.ndim != 2 or Bm.ndim != 2 or A.shape[1] != Bm.shape[0]:
+            self.fail(s, f"GEMM of {s.a}{'^T' if s.a_trans else ''} {A.shape} and {s.b}{'^T' if s.b_trans else ''} {Bm.shape}: inner dimensions differ")
+        product = A @ Bm
+        rows = a.cols if s.a_trans else a.rows
+        cols = b.rows if s.b_trans else b.cols
+        if s.accumulate:
+            acc = self.tile_of(s.out, s, local)
+            if acc.data.shape != product.shape:
+                self.fail(s, f"cannot accumulate {product.shape} into {s.out} of shape {acc.data.shape}")
+            acc.data = self.round(acc.data + product, acc.dtype)
+            acc.rows = acc.rows if acc.rows is not None else rows
+            acc.cols = acc.cols if acc.cols is not None else cols
+        else:
+            dtype = self.dtypes.get("acc", "fp32")
+            local[s.out] = Tile(self.round(product, dtype), "register", dtype, rows, cols, "mma_c")
+
+    def _operand(self, e: n.Expr, env: dict, local: dict[str, Tile], like: np.ndarray | None):
+        """A Compute argument: a tile's data (a row vector widened against 2-d tiles) or a scalar."""
+        if isinstance(e, n.Name) and e.id in local:
+            data = local[e.id].data
+            if like is not None and data.ndim == 1 and like.ndim == 2:
+                if data.shape[0] != like.shape[0]:
+                    self.fail(e, f"{e.id} has {data.shape[0]} rows, the tile has {like.shape[0]}")
+                return data[:, None]
+            return data
+        return self.ev(e, env)
+
+    def s_Elementwise(self, s: n.Elementwise, env: dict, local: dict[str, Tile]) -> None:
+        tiles = [local[a.id] for a in s.args if isinstance(a, n.Name) and a.id in local]
+        if not tiles:
+            self.fail(s, f"Compute {s.op} needs at least one tile operand")
+        first = max(tiles, key=lambda t: t.data.ndim)
+        values = [self._operand(a, env, local, first.data) for a in s.args]
+        op = s.op
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if op in ("RowMax", "RowSum"):
+                x = np.asarray(values[0])
+                if x.ndim != 2:
+                    self.fail(s, f"{op} needs a 2-d tile, got shape {x.shape}")
+                data = x.max(axis=1) if op == "RowMax" else x.sum(axis=1)
+                out = Tile(data, "register", first.dtype, first.rows, None, None)
+            else:
+                fn = {
+                    "Multiply": np.multiply, "Add": np.add, "Subtract": np.subtract, "Divide": np.divide,
+                    "Maximum": np.maximum, "Minimum": np.minimum, "Exp": np.exp, "Log": np.log,
+                    "Tanh": np.tanh, "Abs": np.abs, "Neg": np.negative,
+                }[op]
+                data = np.broadcast_to(fn(*values), first.data.shape).astype(np.float64)
+                out = replace(first, data=data)
+        target = s.out if s.out is not None else s.args[0].id
+        out.data = self.round(out.data, out.dtype)
+        local[target] = out
+
+    def s_Cast(self, s: n.Cast, env: dict, local: dict[str, Tile]) -> None:
+        src = self.tile_of(s.src, s, local)
+        dtype = self.dtype(s.dtype, s)
+        local[s.out or s.src] = replace(src, data=self.round(src.data, dtype), dtype=dtype)
+
+    def _index_env(self, tile: Tile, env: dict, node: n.Node) -> dict:
+        scoped = dict(env)
+        if tile.rows is not None:
+            scoped["q_idx"] = tile.rows[:, None] if tile.data.ndim == 2 else tile.rows
+        if tile.cols is not None:
+            scoped["kv_idx"] = tile.cols[None, :]
+        return scoped
+
+    def s_ScoreMod(self, s: n.ScoreMod, env: dict, local: dict[str, Tile]) -> None:
+        t = self.tile_of(s.target, s, local)
+        scoped = self._index_env(t, env, s)
+        scoped["score"] = t.data
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            t.data = self.round(np.broadcast_to(np.asarray(self.ev(s.expr, scoped), dtype=np.float64), t.data.shape).copy(), t.dtype)
+
+    def s_Mask(self, s: n.Mask, env: dict, local: dict[str, Tile]) -> None:
+        t = self.tile_of(s.target, s, local)
+        keep = np.broadcast_to(np.asarray(self.ev(s.keep, self._index_env(t, env, s)), dtype=bool), t.data.shape)
+        t.data = np.where(keep, t.data, -np.inf)
+
+    def s_Softmax(self, s: n.Softmax, env: dict, local: dict[str, Tile]) -> None:
+        t = self.tile_of(s.target, s, local)
+        x = t.data if t.data.ndim == 2 else t.data[:, None]
+        m = x.max(axis=1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        p = np.exp(x - m)
+        total = p.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = np.where(total > 0, p / np.where(total > 0, total, 1.0), 0.0)
+        t.data = self.round(p.reshape(t.data.shape), t.dtype)
+
+    def s_OnlineSoftmax(self, s: n.OnlineSoftmax, env: dict, local: dict[str, Tile]) -> None:
+        S = self.tile_of(s.scores, s, local)
+        m = self.tile_of(s.row_max, s, local)
+        l = self.tile_of(s.row_sum, s, local)
+        x = S.data if S.data.ndim == 2 else S.data[:, None]
+        if m.data.shape != (x.shape[0],) or l.data.shape != (x.shape[0],):
+            self.fail(s, f"state {s.row_max}/{s.row_sum} must have shape ({x.shape[0]},), one value per row of {s.scores}")
+        m_new = np.maximum(m.data, x.max(axis=1))
+        m_safe = np.where(np.isfinite(m_new), m_new, 0.0)  # a row with nothing visible yet stays at zero weight
+        alpha = np.exp(m.data - m_safe)
+        p = np.exp(x - m_safe[:, None])
+        l.data = self.round(l.data * alpha + p.sum(axis=1), l.dtype)
+        m.data = m_new
+        for name in s.rescale:
+            acc = self.tile_of(name, s, local)
+            if acc.data.shape[0] != x.shape[0]:
+                self.fail(s, f"{name} has {acc.data.shape[0]} rows, {s.scores} has {x.shape[0]}")
+            acc.data = self.round(acc.data * (alpha[:, None] if acc.data.ndim == 2 else alpha), acc.dtype)
+        local[s.out] = replace(S, data=self.round(p.reshape(S.data.shape), S.dtype))
+
+    def s_Normalize(self, s: n.Normalize, env: dict, local: dict[str, Tile]) -> None:
+        acc = self.tile_of(s.acc, s, local)
+        l = self.tile_of(s.row_sum, s, local).data
+        l2 = l[:, None] if acc.data.ndim == 2 else l
+        with np.errstate(invalid="ignore", divide="ignore"):
+            data = np.where(l2 > 0, acc.data / np.where(l2 > 0, l2, 1.0), 0.0)
+        local[s.out] = replace(acc, data=self.round(data, acc.dtype))
+
+    def s_LogSumExp(self, s: n.LogSumExp, env: dict, local: dict[str, Tile]) -> None:
+        m = self.tile_of(s.row_max, s, local)
+        l = self.tile_of(s.row_sum, s, local).data
+        with np.errstate(invalid="ignore", divide="ignore"):
+            data = np.where(l > 0, m.data + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+        local[s.out] = replace(m, data=data)
+
+    def s_Reshape(self, s: n.Reshape, env: dict, local: dict[str, Tile]) -> None:
+        t = self.tile_of(s.name, s, local)
+        t.layout = s.dst_layout  # numerically the identity: only the register layout changes
+
+    def s_Loop(self, s: n.Loop, env: dict, local: dict[str, Tile]) -> None:
+        start = self.ev_int(s.start, env, "a loop bound")
+        stop = self.ev_int(s.stop, env, "a loop bound")
+        for i in range(start, stop):
+            self.result.loop_trips += 1
+            self.block(s.body, {**env, s.var: i}, local)
+
+
+def run_program(
+    program: n.Program,
+    sizes: Mapping[str, int],
+    tensors: Mapping[str, np.ndarray],
+    *,
+    scalars: Mapping[str, float] | None = None,
+    params: Mapping[str, int] | None = None,
+    exact: bool = True,
+    file: str | None = None,
+) -> RunResult:
+    """Run every kernel of ``program`` in order over shared global ``tensors`` (written in place).
+
+    ``sizes`` binds B, Hq, Hkv, Sq, Sk, D, Dv; ``params`` overrides or fills the header's
+    parameters; ``scalars`` binds the runtime scalars the kernels declare. Scratch tensors are
+    created (NaN-filled) on first declaration.
+    """
+    tensors = dict(tensors)
+    result = RunResult(tensors)
+    tensor_dtypes: dict[str, str] = {"lse": "fp32", "alibi_slopes": "fp32"}
+    for kernel in program.kernels:
+        dtypes = kernel.dtype_map()
+        tensor_dtypes.update({name: dtypes.get("qkv", "fp32") for name in ("q", "k", "v")})
+        tensor_dtypes["o"] = dtypes.get("out", "fp32")
+        tensor_dtypes.update({sc.name: dtypes.get(sc.dtype, sc.dtype) for sc in kernel.scratch})
+        env: dict = {name: int(sizes[name]) for name in SIZE_NAMES if name in sizes}
+        values = kernel.param_map()
+        values.update(params or {})
+        open_ = [name for name, v in values.items() if v is None]
+        if open_:
+            raise TLRuntimeError(f"{kernel.name}: parameters {', '.join(open_)} are open (a sketch cannot run)", where=Position(kernel.line, kernel.col, file), hint="give values: param BM = 64, ...")
+        env.update(values)
+        for name in kernel.scalars:
+            if not scalars or name not in scalars:
+                raise TLRuntimeError(f"{kernel.name}: runtime scalar {name!r} has no value", where=Position(kernel.line, kernel.col, file), hint=f"pass scalars={{'{name}': ...}}")
+            env[name] = scalars[name]
+        for sc in kernel.scratch:
+            shape = tuple(int(evaluate(d, env, file=file)) for d in sc.shape)
+            if sc.name in tensors:
+                if tensors[sc.name].shape != shape:
+                    raise TLRuntimeError(f"scratch {sc.name} declared with shape {shape}, earlier {tensors[sc.name].shape}", where=Position(sc.line, sc.col, file))
+            else:
+                tensors[sc.name] = np.full(shape, np.nan)
+        _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result).run()
+    return result

@@ -1,0 +1,285 @@
+"""The TL abstract syntax tree: frozen dataclasses, compared without their source positions.
+
+A program is a list of kernels; a kernel is a header (target, data types, parameters, runtime
+scalars, launch grid, scratch tensors) and a body of statements. Expressions are shared with
+AttentionSpec's score and mask modifiers. ``line``/``col`` are excluded from equality so that
+``parse(print(ast)) == ast`` holds whatever the layout of the original text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..errors import Position
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Node:
+    line: int = field(default=0, compare=False, repr=False, kw_only=True)
+    col: int = field(default=0, compare=False, repr=False, kw_only=True)
+
+    def pos(self, file: str | None = None) -> Position:
+        return Position(self.line, self.col, file)
+
+
+@dataclass(frozen=True)
+class Num(Node):
+    value: int | float
+
+
+@dataclass(frozen=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str  # "-" or "not"
+    operand: "Expr"
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str  # + - * / // % < <= > >= == != and or
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclass(frozen=True)
+class Call(Node):
+    func: str
+    args: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Index(Node):
+    """``name[i, j]``: an element of a global tensor (e.g. ``alibi_slopes[h]``)."""
+
+    name: str
+    args: tuple["Expr", ...]
+
+
+Expr = Union[Num, Name, Unary, Binary, Call, Index]
+
+# ---------------------------------------------------------------- header
+
+
+@dataclass(frozen=True)
+class Param(Node):
+    """A tuning parameter; ``value is None`` marks it open (a sketch)."""
+
+    name: str
+    value: int | None
+
+
+@dataclass(frozen=True)
+class Feature(Node):
+    """What the kernel computes, for verification: ``causal = top_left``, ``softcap``, ``mask_mod = (expr)``."""
+
+    name: str
+    value: str | Expr | None = None
+
+
+@dataclass(frozen=True)
+class GridAxis(Node):
+    name: str
+    extent: Expr
+
+
+@dataclass(frozen=True)
+class Scratch(Node):
+    """A global tensor the kernels of one program share (e.g. split-KV partial results)."""
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+
+
+# ---------------------------------------------------------------- statements
+
+LEVELS = ("global", "shared", "register")
+LAYOUTS = ("mma_a", "mma_b", "mma_c")
+
+
+@dataclass(frozen=True)
+class Allocate(Node):
+    """A tensor at a memory level. Global ones are views ``tensor[lead...]`` with ``shape`` trailing dims."""
+
+    name: str
+    level: str
+    shape: tuple[Expr, ...]
+    dtype: str | None = None  # shared and register
+    tensor: str | None = None  # global: the kernel argument viewed
+    offset: tuple[Expr, ...] = ()  # global: indices of the leading dimensions
+    init: Expr | None = None  # register: initial value of every element
+
+
+@dataclass(frozen=True)
+class Copy(Node):
+    """Move a tile between levels. ``tile``/``coord`` select the tile of the global side, in tile units."""
+
+    src: str
+    src_level: str
+    dst_level: str
+    dst: str
+    tile: tuple[Expr, ...] | None = None
+    coord: tuple[Expr, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Gemm(Node):
+    a: str
+    b: str
+    out: str
+    accumulate: bool
+    a_trans: bool = False
+    b_trans: bool = False
+
+
+@dataclass(frozen=True)
+class Elementwise(Node):
+    """``Compute Op x, y [and get z]``; without ``get`` the result replaces the first argument."""
+
+    op: str
+    args: tuple[Expr, ...]
+    out: str | None = None
+
+
+@dataclass(frozen=True)
+class Cast(Node):
+    src: str
+    dtype: str
+    out: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreMod(Node):
+    """Replace every element of a score tile by ``expr`` over (score, b, h, q_idx, kv_idx, ...)."""
+
+    target: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Mask(Node):
+    """Set elements where ``keep`` is false to -inf."""
+
+    target: str
+    keep: Expr
+
+
+@dataclass(frozen=True)
+class Softmax(Node):
+    """Whole-row softmax of a tile, in place (the tile must span every key)."""
+
+    target: str
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax(Node):
+    """Online-softmax step: update running max/sum, rescale accumulators, get P = exp(S - m_new)."""
+
+    scores: str
+    row_max: str
+    row_sum: str
+    rescale: tuple[str, ...]
+    out: str
+
+
+@dataclass(frozen=True)
+class Normalize(Node):
+    """``out = acc / row_sum`` per row; rows whose sum is 0 (fully masked) give 0."""
+
+    acc: str
+    row_sum: str
+    out: str
+
+
+@dataclass(frozen=True)
+class LogSumExp(Node):
+    """``out = row_max + log(row_sum)``; rows whose sum is 0 give -inf."""
+
+    row_max: str
+    row_sum: str
+    out: str
+
+
+@dataclass(frozen=True)
+class Reshape(Node):
+    """Change a register tile's layout, e.g. from the MMA accumulator (C) to the A-operand layout."""
+
+    name: str
+    src_layout: str
+    dst_layout: str
+
+
+@dataclass(frozen=True)
+class Loop(Node):
+    var: str
+    start: Expr
+    stop: Expr
+    stages: Expr | None
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Allocate, Copy, Gemm, Elementwise, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, Reshape, Loop]
+
+
+@dataclass(frozen=True)
+class Kernel(Node):
+    name: str
+    target: str | None = None
+    computes: tuple[Feature, ...] = ()
+    dtypes: tuple[tuple[str, str], ...] = ()
+    params: tuple[Param, ...] = ()
+    scalars: tuple[str, ...] = ()
+    grid: tuple[GridAxis, ...] = ()
+    scratch: tuple[Scratch, ...] = ()
+    body: tuple[Stmt, ...] = ()
+
+    def dtype_map(self) -> dict[str, str]:
+        return dict(self.dtypes)
+
+    def param_map(self) -> dict[str, int | None]:
+        return {p.name: p.value for p in self.params}
+
+    def feature_map(self) -> dict[str, str | Expr | None]:
+        return {f.name: f.value for f in self.computes}
+
+    def open_params(self) -> list[Param]:
+        return [p for p in self.params if p.value is None]
+
+
+@dataclass(frozen=True)
+class Program(Node):
+    kernels: tuple[Kernel, ...]
+    doc: str = ""  # the leading comment block, without the '# ' markers
+
+
+def walk(body: tuple[Stmt, ...]):
+    """Every statement of a body, loops included, in program order."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, Loop):
+            yield from walk(stmt.body)
+
+
+def expr_names(expr: Expr) -> set[str]:
+    """The free names an expression reads (function names excluded; indexed tensors included)."""
+    if isinstance(expr, Name):
+        return {expr.id}
+    if isinstance(expr, Num):
+        return set()
+    if isinstance(expr, Unary):
+        return expr_names(expr.operand)
+    if isinstance(expr, Binary):
+        return expr_names(expr.left) | expr_names(expr.right)
+    if isinstance(expr, (Call, Index)):
+        names = {expr.name} if isinstance(expr, Index) else set()
+        for a in expr.args:
+            names |= expr_names(a)
+        return names
+    raise TypeError(f"not an expression: {expr!r}")

@@ -1,0 +1,350 @@
+"""Parse TL text (and standalone expressions) into ``nodes``; every failure is a TLSyntaxError."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from ..errors import AttnforgeError, Position, TLSyntaxError
+from . import nodes as n
+
+# Operations `Compute NAME args` accepts, with their arity (None: one or more).
+ELEMENTWISE_OPS: dict[str, int] = {
+    "Multiply": 2, "Add": 2, "Subtract": 2, "Divide": 2, "Maximum": 2, "Minimum": 2,
+    "Exp": 1, "Log": 1, "Tanh": 1, "Abs": 1, "Neg": 1,
+    "RowMax": 1, "RowSum": 1,
+}
+# Functions expressions may call, with their arity.
+FUNCTIONS: dict[str, int] = {
+    "min": 2, "max": 2, "abs": 1, "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "tanh": 1,
+    "sigmoid": 1, "where": 3, "cdiv": 2, "floor": 1, "ceil": 1,
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> Lark:
+    grammar = resources.files("attnforge.tl").joinpath("grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", start=["program", "expr_only"], propagate_positions=True, maybe_placeholders=True)
+
+
+def _at(meta_or_tok) -> dict:
+    line = getattr(meta_or_tok, "line", 0) or 0
+    col = getattr(meta_or_tok, "column", 0) or 0
+    return {"line": line, "col": col}
+
+
+class _Build(Transformer):
+    """Turns lark's tree into nodes; checks what the grammar cannot (operation names, arities)."""
+
+    def __init__(self, file: str | None):
+        super().__init__()
+        self.file = file
+
+    def _fail(self, tok, message: str, hint: str) -> None:
+        raise TLSyntaxError(message, where=Position(tok.line, tok.column, self.file), text=str(tok), hint=hint)
+
+    # -- expressions
+    @v_args(meta=True)
+    def int_lit(self, meta, items):
+        return n.Num(int(items[0]), **_at(meta))
+
+    @v_args(meta=True)
+    def float_lit(self, meta, items):
+        return n.Num(float(items[0]), **_at(meta))
+
+    @v_args(meta=True)
+    def name(self, meta, items):
+        return n.Name(str(items[0]), **_at(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, items):
+        func, args = items[0], tuple(items[1] or ())
+        if func not in FUNCTIONS:
+            self._fail(func, f"unknown function {func!r}", "functions: " + ", ".join(sorted(FUNCTIONS)))
+        if len(args) != FUNCTIONS[func]:
+            self._fail(func, f"{func}() takes {FUNCTIONS[func]} argument(s), got {len(args)}", f"write {func}({', '.join(['x', 'y', 'z'][:FUNCTIONS[func]])})")
+        return n.Call(str(func), args, **_at(meta))
+
+    @v_args(meta=True)
+    def index(self, meta, items):
+        return n.Index(str(items[0]), tuple(items[1]), **_at(meta))
+
+    @v_args(meta=True)
+    def neg(self, meta, items):
+        operand = items[1]
+        if isinstance(operand, n.Num):  # fold "-3" to a literal so printing round-trips
+            return n.Num(-operand.value, **_at(meta)) if operand.value != 0 else n.Unary("-", operand, **_at(meta))
+        return n.Unary("-", operand, **_at(meta))
+
+    @v_args(meta=True)
+    def not_op(self, meta, items):
+        return n.Unary("not", items[0], **_at(meta))
+
+    @v_args(meta=True)
+    def binop(self, meta, items):
+        return n.Binary(str(items[1]), items[0], items[2], **_at(meta))
+
+    @v_args(meta=True)
+    def compare(self, meta, items):
+        return n.Binary(str(items[1]), items[0], items[2], **_at(meta))
+
+    @v_args(meta=True)
+    def and_op(self, meta, items):
+        return n.Binary("and", items[0], items[1], **_at(meta))
+
+    @v_args(meta=True)
+    def or_op(self, meta, items):
+        return n.Binary("or", items[0], items[1], **_at(meta))
+
+    def exprlist(self, items):
+        return tuple(items)
+
+    def shape(self, items):
+        return tuple(items[0] or ())
+
+    def expr_only(self, items):
+        return items[0]
+
+    # -- header
+    def target_h(self, items):
+        return ("target", str(items[0]))
+
+    @v_args(meta=True)
+    def feature(self, meta, items):
+        value = items[1]
+        return n.Feature(str(items[0]), str(value) if isinstance(value, Token) else value, **_at(meta))
+
+    def computes_h(self, items):
+        return ("computes", tuple(items))
+
+    def dtype_bind(self, items):
+        return (str(items[0]), str(items[1]))
+
+    def dtype_h(self, items):
+        return ("dtypes", tuple(items))
+
+    @v_args(meta=True)
+    def param_bind(self, meta, items):
+        value = items[1]
+        return n.Param(str(items[0]), int(value) if value is not None and value.type == "INT" else None, **_at(meta))
+
+    def param_h(self, items):
+        return ("params", tuple(items))
+
+    def scalar_h(self, items):
+        return ("scalars", tuple(str(t) for t in items))
+
+    @v_args(meta=True)
+    def grid_axis(self, meta, items):
+        return n.GridAxis(str(items[0]), items[1], **_at(meta))
+
+    def grid_h(self, items):
+        return ("grid", tuple(items))
+
+    @v_args(meta=True)
+    def scratch_h(self, meta, items):
+        return ("scratch", (n.Scratch(str(items[0]), items[1], str(items[2]), **_at(meta)),))
+
+    # -- statements
+    @v_args(meta=True)
+    def alloc_global(self, meta, items):
+        name, shape, tensor, offset = items
+        return n.Allocate(str(name), "global", shape, tensor=str(tensor), offset=offset, **_at(meta))
+
+    @v_args(meta=True)
+    def alloc_shared(self, meta, items):
+        return n.Allocate(str(items[0]), "shared", items[1], dtype=str(items[2]), **_at(meta))
+
+    @v_args(meta=True)
+    def alloc_register(self, meta, items):
+        return n.Allocate(str(items[0]), "register", items[1], dtype=str(items[2]), init=items[3], **_at(meta))
+
+    def level(self, items):
+        return str(items[0])
+
+    def tile(self, items):
+        return (items[0], items[1])
+
+    @v_args(meta=True)
+    def copy(self, meta, items):
+        src, tile, src_level, dst_level, dst = items
+        shape, coord = tile if tile is not None else (None, None)
+        return n.Copy(str(src), src_level, dst_level, str(dst), tile=shape, coord=coord, **_at(meta))
+
+    def operand(self, items):
+        return (str(items[0]), items[1] is not None)
+
+    def get(self, items):
+        return ("get", str(items[0]))
+
+    def accumulate(self, items):
+        return ("accumulate", str(items[0]))
+
+    def rescale(self, items):
+        return tuple(str(t) for t in items)
+
+    @v_args(meta=True)
+    def gemm(self, meta, items):
+        (a, at), (b, bt), (kind, out) = items
+        return n.Gemm(a, b, out, kind == "accumulate", a_trans=at, b_trans=bt, **_at(meta))
+
+    @v_args(meta=True)
+    def elementwise(self, meta, items):
+        op, *args, get = items
+        if op not in ELEMENTWISE_OPS:
+            self._fail(op, f"unknown Compute operation {str(op)!r}", "operations: GEMM, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, " + ", ".join(ELEMENTWISE_OPS))
+        if len(args) != ELEMENTWISE_OPS[op]:
+            self._fail(op, f"Compute {op} takes {ELEMENTWISE_OPS[op]} operand(s), got {len(args)}", "see docs/TL.md for each operation's operands")
+        if get is None and not isinstance(args[0], n.Name):
+            self._fail(op, f"Compute {op} without 'and get NAME' writes its first operand, which must be a tile name", "add 'and get NAME'")
+        return n.Elementwise(str(op), tuple(args), get[1] if get else None, **_at(meta))
+
+    @v_args(meta=True)
+    def cast(self, meta, items):
+        return n.Cast(str(items[0]), str(items[1]), items[2][1] if items[2] else None, **_at(meta))
+
+    @v_args(meta=True)
+    def score_mod(self, meta, items):
+        return n.ScoreMod(str(items[0]), items[1], **_at(meta))
+
+    @v_args(meta=True)
+    def mask(self, meta, items):
+        return n.Mask(str(items[0]), items[1], **_at(meta))
+
+    @v_args(meta=True)
+    def softmax(self, meta, items):
+        return n.Softmax(str(items[0]), **_at(meta))
+
+    @v_args(meta=True)
+    def online_softmax(self, meta, items):
+        scores, m, l, rescale, get = items
+        return n.OnlineSoftmax(str(scores), str(m), str(l), tuple(rescale or ()), get[1], **_at(meta))
+
+    @v_args(meta=True)
+    def normalize(self, meta, items):
+        return n.Normalize(str(items[0]), str(items[1]), items[2][1], **_at(meta))
+
+    @v_args(meta=True)
+    def logsumexp(self, meta, items):
+        return n.LogSumExp(str(items[0]), str(items[1]), items[2][1], **_at(meta))
+
+    @v_args(meta=True)
+    def reshape(self, meta, items):
+        name, src, dst = (str(t) for t in items)
+        for tok, layout in ((items[1], src), (items[2], dst)):
+            if layout not in n.LAYOUTS:
+                self._fail(tok, f"unknown layout {layout!r}", "layouts: " + ", ".join(n.LAYOUTS))
+        return n.Reshape(name, src, dst, **_at(meta))
+
+    def pipeline(self, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def loop(self, meta, items):
+        var, start, stop, stages, *body = items
+        return n.Loop(str(var), start, stop, stages, tuple(body), **_at(meta))
+
+    # -- kernel and program
+    @v_args(meta=True)
+    def kernel(self, meta, items):
+        name, *rest = items
+        header: dict[str, tuple] = {"computes": (), "dtypes": (), "params": (), "scalars": (), "grid": (), "scratch": ()}
+        target = None
+        body = []
+        for item in rest:
+            if isinstance(item, tuple) and item and isinstance(item[0], str) and item[0] in ("target", *header):
+                if item[0] == "target":
+                    target = item[1]
+                else:
+                    header[item[0]] = header[item[0]] + item[1]
+            else:
+                body.append(item)
+        return n.Kernel(str(name), target, header["computes"], header["dtypes"], header["params"], header["scalars"], header["grid"], header["scratch"], tuple(body), **_at(meta))
+
+    def program(self, items):
+        return n.Program(tuple(items))
+
+
+def _readable(term: str) -> str:
+    """A terminal's name as a reader would write it (lark names anonymous ones like __ANON_0)."""
+    lark = _lark()
+    for t in lark.terminals:
+        if t.name == term:
+            pattern = t.pattern
+            if pattern.type == "str":
+                return repr(pattern.value)
+            return {"NAME": "a name", "INT": "an integer", "FLOAT": "a number", "_NL": "end of line",
+                    "CMPOP": "a comparison", "MULOP": "'*', '/', '//' or '%'", "TRANS": "'^T'"}.get(term, term)
+    return {"$END": "end of file"}.get(term, term)
+
+
+def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntaxError:
+    line = getattr(err, "line", None)
+    col = getattr(err, "column", None)
+    if not isinstance(line, int) or line < 1:
+        lines = text.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+    col = col if isinstance(col, int) and col >= 1 else 1
+    if isinstance(err, UnexpectedCharacters):
+        bad = text.splitlines()[line - 1][col - 1 : col] if line - 1 < len(text.splitlines()) else ""
+        expected = tuple(sorted({_readable(t) for t in (err.allowed or ())}))
+        return TLSyntaxError(f"unexpected character {bad!r}", where=Position(line, col, file), text=bad, expected=expected)
+    if isinstance(err, UnexpectedToken):
+        tok = err.token
+        shown = "end of line" if tok.type == "_NL" else ("end of file" if tok.type == "$END" else repr(str(tok)))
+        expected = tuple(sorted({_readable(t) for t in err.expected}))
+        return TLSyntaxError(f"unexpected {shown}", where=Position(line, col, file), text=str(tok), expected=expected)
+    if isinstance(err, UnexpectedEOF):
+        expected = tuple(sorted({_readable(t) for t in err.expected}))
+        return TLSyntaxError("unexpected end of file", where=Position(line, col, file), expected=expected)
+    return TLSyntaxError(str(err).splitlines()[0], where=Position(line, col, file))
+
+
+def _leading_doc(text: str) -> str:
+    doc = []
+    for raw in text.splitlines():
+        s = raw.strip()
+        if not s.startswith("#"):
+            break
+        doc.append(s[1:].removeprefix(" "))
+    return "\n".join(doc)
+
+
+def _run(text: str, start: str, file: str | None):
+    if not isinstance(text, str):
+        raise TLSyntaxError(f"TL source must be text, got {type(text).__name__}", where=Position(1, 1, file))
+    if "\x00" in text:
+        i = text.index("\x00")
+        line = text.count("\n", 0, i) + 1
+        raise TLSyntaxError("NUL character in source", where=Position(line, i - (text.rfind("\n", 0, i) + 1) + 1, file), text="\\x00")
+    source = text if text.endswith("\n") else text + "\n"
+    try:
+        tree = _lark().parse(source, start=start)
+        return _Build(file).transform(tree)
+    except VisitError as err:
+        if isinstance(err.orig_exc, AttnforgeError):
+            raise err.orig_exc from None
+        raise TLSyntaxError(f"cannot build the syntax tree: {err.orig_exc}", where=Position(1, 1, file)) from None
+    except UnexpectedInput as err:
+        raise _syntax_error(err, source, file) from None
+    except (LarkError, RecursionError, ValueError, OverflowError) as err:
+        raise TLSyntaxError(f"cannot parse: {type(err).__name__}: {err}"[:300], where=Position(1, 1, file)) from None
+
+
+def parse(text: str, file: str | None = None) -> n.Program:
+    """Parse a whole TL program (one or more kernels)."""
+    program = _run(text, "program", file)
+    return n.Program(program.kernels, _leading_doc(text))
+
+
+def parse_expr(text: str, where: str | None = None) -> n.Expr:
+    """Parse one expression, e.g. a spec's ``score_mod`` (``score * 0.5 + (kv_idx - q_idx)``)."""
+    if isinstance(text, str) and "\n" in text.strip():
+        raise TLSyntaxError("an expression must fit on one line", where=Position(1, 1, where))
+    return _run(text, "expr_only", where)
+
+
+__all__ = ["parse", "parse_expr", "ELEMENTWISE_OPS", "FUNCTIONS", "Token"]
