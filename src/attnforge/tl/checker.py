@@ -566,7 +566,8 @@ def check(
             _check_header(kernel, collect, sketch, probe_index)
             for p in kernel.params:
                 env[p.name] = p.value if p.value is not None else _OPEN_PARAM_PROBE[probe_index]
-            env.update({name: 1.0 for name in kernel.scalars})
+            # Window sizes are integers (they bound loops); the others are real numbers.
+            env.update({name: 37 if name.startswith("window") else 1.0 for name in kernel.scalars})
             tensors = {name: tuple(evaluate(n.Name(d), env) for d in dims) for name, dims in ARG_SHAPES.items()}
             for sc in kernel.scratch:
                 shape = tuple(_safe_int(d, env) for d in sc.shape)
