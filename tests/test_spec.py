@@ -70,7 +70,7 @@ def test_mods_window_softcap_tf32_accepted() -> None:
     assert s.softcap == 30.0 and isinstance(s.softcap, float)
     assert s.score_mod == "score + 0.1 * (kv_idx - q_idx)"
     assert "window(256,0)" in s.describe() and "tf32" in s.describe()
-    AttentionSpec(heads=8, head_dim=64, score_mod="where(q_idx >= kv_idx, score, score * 0.5) + h / heads")
+    AttentionSpec(heads=8, head_dim=64, score_mod="where(q_idx >= kv_idx, score, score * 0.5) + h / Hq")
     AttentionSpec(heads=8, head_dim=64, mask_mod="not (kv_idx > q_idx) and b < 2")
 
 

@@ -35,9 +35,10 @@ DTYPE_ALIASES: dict[str, str] = {
 CAUSAL_ALIGNS: tuple[str, ...] = ("bottom_right", "top_left")
 HEAD_DIM_MIN, HEAD_DIM_MAX = 16, 512
 
-# Names the modifier expressions may read.
-SCORE_MOD_NAMES: tuple[str, ...] = ("score", "b", "h", "q_idx", "kv_idx", "seqlen_q", "seqlen_k", "heads", "kv_heads")
-MASK_MOD_NAMES: tuple[str, ...] = ("b", "h", "q_idx", "kv_idx", "seqlen_q", "seqlen_k")
+# Names the modifier expressions may read: TL's own names, so a modifier drops into TL-Code as is
+# (Sq, Sk: query and key lengths; Hq, Hkv: query and key/value heads).
+SCORE_MOD_NAMES: tuple[str, ...] = ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
+MASK_MOD_NAMES: tuple[str, ...] = ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
 
 _COMPARE_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _BOOL_OPS = frozenset({"and", "or"})
@@ -214,8 +215,8 @@ class AttentionSpec:
     ``head_dim_v`` (None -> head_dim), ``dtype`` (fp16, bf16, fp32, fp8e4m3, fp8e5m2), ``scale``
     (None -> 1/sqrt(head_dim)), ``causal``, ``causal_align``, ``window_left``/``window_right``,
     ``alibi_slopes`` (one per query head, or "auto" for the standard ones), ``softcap`` (> 0),
-    ``score_mod`` (expression over score, b, h, q_idx, kv_idx, seqlen_q, seqlen_k, heads, kv_heads),
-    ``mask_mod`` (boolean expression over b, h, q_idx, kv_idx, seqlen_q, seqlen_k; true keeps the
+    ``score_mod`` (expression over score, b, h, q_idx, kv_idx, Sq, Sk, Hq, Hkv),
+    ``mask_mod`` (boolean expression over b, h, q_idx, kv_idx, Sq, Sk, Hq, Hkv; true keeps the
     key), ``allow_tf32`` (fp32 only: GEMMs may use tf32 tensor cores).
     """
 

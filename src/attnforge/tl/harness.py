@@ -16,6 +16,7 @@ import numpy as np
 from ..dtypes import round_to
 from ..errors import AttnforgeError, TLRuntimeError
 from ..reference import attention_reference, relative_error
+from ..spec import alibi_slopes_for
 from . import nodes as n
 from .evaluate import evaluate
 from .interpreter import run_program
@@ -73,17 +74,6 @@ class RunReport:
         verdict = "PASS" if self.passed else "FAIL"
         return (f"{verdict} {self.shape} dtype={self.dtype or 'float64'} rel_err(O)={self.err_o:.3e} "
                 f"rel_err(LSE)={self.err_lse:.3e} tol={self.tolerance:.0e} programs={self.programs} kv_tiles={self.loop_trips}")
-
-
-def alibi_slopes(heads: int) -> np.ndarray:
-    """The ALiBi paper's geometric slopes, including its rule for a head count that is not a power of two."""
-    def power_of_two(count: int) -> list[float]:
-        start = 2.0 ** (-8.0 / count)
-        return [start ** (i + 1) for i in range(count)]
-    if heads & (heads - 1) == 0:
-        return np.array(power_of_two(heads))
-    low = 2 ** int(math.floor(math.log2(heads)))
-    return np.array(power_of_two(low) + power_of_two(2 * low)[0::2][: heads - low])
 
 
 def features(program: n.Program) -> dict[str, str | n.Expr | None]:
@@ -157,7 +147,7 @@ def run_and_compare(
     v = make(shape.B, shape.Hkv, shape.Sk, shape.Dv)
     values = default_scalars(program, shape)
     values.update(scalars or {})
-    slopes = alibi_slopes(shape.Hq)
+    slopes = np.array(alibi_slopes_for(shape.Hq))
     tensors = {
         "q": q, "k": k, "v": v, "alibi_slopes": slopes,
         "o": np.full((shape.B, shape.Hq, shape.Sq, shape.Dv), np.nan),
@@ -184,4 +174,4 @@ def _with_dtype(program: n.Program, dtype: str) -> n.Program:
     return replace(program, kernels=tuple(kernels))
 
 
-__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "alibi_slopes", "TOLERANCE", "TLRuntimeError"]
+__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "TOLERANCE", "TLRuntimeError"]

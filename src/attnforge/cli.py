@@ -1,0 +1,249 @@
+"""The ``attnforge`` command line.
+
+Exit codes: 0 success; 1 the program or kernel was checked or run and failed; 2 bad input
+(unknown file, target, shape or flag), with a message saying what to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from .errors import AttnforgeError
+from .targets import format_targets_table, get_target, targets_as_dicts
+
+LIBRARY = "attnforge.tl.library"
+RUN_DTYPES = ("float64", "fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
+
+
+def library_programs() -> dict[str, str]:
+    """Shipped TL programs: file name -> first doc line."""
+    out = {}
+    for entry in sorted(resources.files(LIBRARY).iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".tl"):
+            doc = " ".join(line.lstrip("# ").strip() for line in entry.read_text().splitlines() if line.startswith("#"))
+            summary = doc.split(":", 1)[1] if ":" in doc else doc
+            out[entry.name] = re.split(r"\.\s+(?=[A-Z])", summary)[0].strip().rstrip(".")
+    return out
+
+
+def read_tl(path: str) -> tuple[str, str]:
+    """The text of a TL file, looked up on disk first and then in the shipped library by name."""
+    p = Path(path)
+    if p.is_file():
+        return p.read_text(), str(p)
+    name = p.name if p.name.endswith(".tl") else p.name + ".tl"
+    if name in library_programs():
+        return resources.files(LIBRARY).joinpath(name).read_text(), name
+    raise AttnforgeError(f"no such TL file: {path}", where="FILE", hint="give a path, or a shipped program: " + ", ".join(library_programs()))
+
+
+def _head_dims(text: str | None) -> tuple[int, int | None]:
+    if text is None:
+        return 128, None
+    parts = text.split(",")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise AttnforgeError(f"--head-dim {text!r} is not D or D,DV", where="--head-dim", hint="e.g. --head-dim 128 or --head-dim 192,128")
+    return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
+
+
+def _assignments(items: Sequence[str], flag: str, cast) -> dict:
+    out = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = cast(value)
+        except ValueError:
+            raise AttnforgeError(f"{flag} {item!r} is not NAME=VALUE", where=flag, hint=f"e.g. {flag} {'BM=64' if flag == '--param' else 'softcap=30'}") from None
+    return out
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_targets(ns: argparse.Namespace, console: Console) -> int:
+    if ns.json:
+        print(json.dumps(targets_as_dicts(), indent=2))
+    else:
+        console.print(format_targets_table())
+    return 0
+
+
+def cmd_tl_check(ns: argparse.Namespace, console: Console) -> int:
+    from .tl.checker import check
+    from .tl.parser import parse
+
+    text, name = read_tl(ns.file)
+    program = parse(text, file=name)
+    d, dv = _head_dims(ns.head_dim)
+    target = get_target(ns.target) if ns.target else None
+    result = check(program, target, head_dim=d, head_dim_v=dv, sketch=ns.sketch, file=name)
+    if ns.json:
+        print(json.dumps({
+            "file": name, "ok": result.ok, "target": result.target.name if result.target else None,
+            "open_params": result.open_params,
+            "findings": [f.__dict__ for f in result.findings],
+            "resources": [r.__dict__ for r in result.resources],
+        }, indent=2))
+        return 0 if result.ok else 1
+    shown = [f for f in result.findings if ns.verbose or f.severity != "info"]
+    for f in shown:
+        style = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
+        console.print(f.render(name), style=style, markup=False, highlight=False)
+    where = f"{result.target.name} ({result.target.sm})" if result.target else "no target"
+    for r in result.resources:
+        if r.smem_bytes is not None:
+            console.print(f"{r.kernel}: shared memory {r.smem_bytes / 1024:.0f} KiB, about {r.regs_per_thread} registers/thread at {r.threads} threads", style="dim", highlight=False)
+    if result.open_params:
+        console.print(f"open parameters: {', '.join(result.open_params)}", highlight=False)
+    errors = len(result.errors)
+    if errors:
+        console.print(f"{name}: {errors} error(s) for {where}", style="bold red", highlight=False)
+        return 1
+    console.print(f"{name}: clean for {where} (D={d}, Dv={dv or d})", style="bold green", highlight=False)
+    return 0
+
+
+def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
+    from .tl.checker import check
+    from .tl.harness import Shape, run_and_compare
+    from .tl.parser import parse
+
+    text, name = read_tl(ns.file)
+    program = parse(text, file=name)
+    shapes = [Shape.parse(s) for s in (ns.shape or ["2,8,2,113,203,64"])]
+    scalars = _assignments(ns.scalar, "--scalar", float)
+    params = _assignments(ns.param, "--param", int)
+    dtype = None if ns.dtype == "float64" else ns.dtype
+    if ns.target:
+        result = check(program, get_target(ns.target), head_dim=shapes[0].D, head_dim_v=shapes[0].Dv, file=name)
+        for f in result.errors:
+            console.print(f.render(name), style="red", markup=False, highlight=False)
+        if not result.ok:
+            console.print(f"{name}: the checker rejects it for {ns.target}; not run", style="bold red")
+            return 1
+    failed = 0
+    for shape in shapes:
+        report = run_and_compare(program, shape, dtype=dtype, seed=ns.seed, scalars=scalars, params=params, file=name)
+        failed += not report.passed
+        console.print(report.line(), style="green" if report.passed else "bold red", markup=False, highlight=False)
+    verdict = "verified" if not failed else f"{failed} of {len(shapes)} shape(s) FAILED"
+    console.print(f"{name}: {verdict} against the float64 reference", style="bold green" if not failed else "bold red", highlight=False)
+    return 1 if failed else 0
+
+
+def cmd_tl_library(ns: argparse.Namespace, console: Console) -> int:
+    if ns.name:
+        text, _ = read_tl(ns.name)
+        print(text, end="")
+        return 0
+    for file, doc in library_programs().items():
+        console.print(f"{file:<28}{doc}", markup=False, highlight=False)
+    return 0
+
+
+def cmd_spec_validate(ns: argparse.Namespace, console: Console) -> int:
+    from .spec import AttentionSpec
+
+    spec = AttentionSpec.from_file(ns.file)
+    if ns.json:
+        print(json.dumps(spec.to_dict(), indent=2))
+    else:
+        console.print(f"{ns.file}: valid: {spec.describe()}", style="green", highlight=False)
+    return 0
+
+
+# ---------------------------------------------------------------- argument parsing
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="attnforge", formatter_class=fmt,
+        description="Generate fast, verified attention kernels by way of a Thinking Language (TL).\n\n"
+                    "TL-Code says how a kernel moves tiles through global, shared and register memory;\n"
+                    "attnforge checks it against a GPU's limits and runs it against a float64 reference.",
+        epilog="examples:\n"
+               "  attnforge targets\n"
+               "  attnforge tl library\n"
+               "  attnforge tl check gqa_causal_fwd.tl --target h100\n"
+               "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,113,203,128 --dtype bf16\n"
+               "  attnforge spec validate myspec.toml",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("targets", help="print the table of GPU targets", description="Print the GPUs attnforge knows, with their limits, peak rates and tensor-core instructions.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_targets)
+
+    tl = sub.add_parser("tl", help="check, run or list Thinking Language programs", description="Work with TL-Code (see docs/TL.md).")
+    tl_sub = tl.add_subparsers(dest="tl_command", metavar="TL_COMMAND")
+
+    p = tl_sub.add_parser("check", formatter_class=fmt, help="statically check a TL program for a target",
+                          description="Check names, shapes, data types, memory levels and the target's limits\n"
+                                      "(tensor-core data types, shared memory, registers, MMA alignment).\n"
+                                      "Prints file:line:col: code: message (hint) per finding; exit 1 on errors.",
+                          epilog="FILE may be a path or the name of a shipped program (attnforge tl library).")
+    p.add_argument("file", metavar="FILE", help="TL file, or a shipped program's name")
+    p.add_argument("--target", help="GPU to check for: a name from 'attnforge targets' (h100, a100, t4, ...), sm_XX, or auto (default: the program's own 'target' line)")
+    p.add_argument("--head-dim", metavar="D[,DV]", help="head dims used for the shared-memory and register estimates (default 128)")
+    p.add_argument("--sketch", action="store_true", help="the program is a sketch: open parameters are expected, resource checks that need them are skipped")
+    p.add_argument("--verbose", "-v", action="store_true", help="also print info findings")
+    p.add_argument("--json", action="store_true", help="print findings and resource estimates as JSON")
+    p.set_defaults(func=cmd_tl_check)
+
+    p = tl_sub.add_parser("run", formatter_class=fmt, help="interpret a TL program and compare it with the float64 reference",
+                          description="Run TL-Code tile by tile in numpy on fresh random inputs and compare O and the\n"
+                                      "log-sum-exp with a float64 attention reference of what the program's 'computes'\n"
+                                      "line claims. Exit 1 when any shape fails.",
+                          epilog="tolerances (relative L2 error): float64 1e-10, fp32 1e-4, fp16 5e-3, bf16 2e-2, fp8 1.5e-1/3e-1")
+    p.add_argument("file", metavar="FILE", help="TL file, or a shipped program's name")
+    p.add_argument("--shape", action="append", metavar="B,HQ,HKV,SQ,SK,D[,DV]", help="problem shape; repeat for several (default 2,8,2,113,203,64)")
+    p.add_argument("--dtype", choices=RUN_DTYPES, default="float64", help="float64 runs exactly; a format rounds inputs, casts and stores to it (default float64)")
+    p.add_argument("--target", help="check the program for this target first and refuse to run it when the checker finds errors")
+    p.add_argument("--param", action="append", metavar="NAME=INT", help="override a header parameter, e.g. --param BM=16 (repeatable)")
+    p.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="runtime scalar value, e.g. --scalar softcap=30 (defaults: scale=1/sqrt(D), softcap=1.5, window_left=37, window_right=11 or 0 when causal)")
+    p.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
+    p.set_defaults(func=cmd_tl_run)
+
+    p = tl_sub.add_parser("library", help="list the shipped TL programs, or print one", description="List the canonical TL programs shipped with attnforge, or print one by name.")
+    p.add_argument("name", nargs="?", help="print this program")
+    p.set_defaults(func=cmd_tl_library)
+
+    spec = sub.add_parser("spec", help="validate an attention spec file", description="Work with AttentionSpec files (.toml or .json).")
+    spec_sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
+    p = spec_sub.add_parser("validate", help="check a spec file and print what it describes", description="Load a .toml or .json spec, check every field, print a one-line description; exit 2 with the field's error when invalid.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print the normalised spec as JSON")
+    p.set_defaults(func=cmd_spec_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    # Findings are read by tools and LLMs: never wrap a line when the output is not a terminal.
+    console = Console(highlight=False, soft_wrap=not sys.stdout.isatty(), width=None if sys.stdout.isatty() else 200)
+    if not hasattr(ns, "func"):
+        # `attnforge tl` or `attnforge spec` alone: show that level's help.
+        sub = {"tl": "tl", "spec": "spec"}.get(ns.command)
+        parser.parse_args([sub, "--help"] if sub else ["--help"])
+        return 2
+    try:
+        return ns.func(ns, console)
+    except AttnforgeError as err:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", style="bold red", markup=False)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
