@@ -34,6 +34,9 @@ ARG_SHAPES: dict[str, tuple[str, ...]] = {
 INPUTS = ("q", "k", "v", "alibi_slopes")
 KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_left": "keys left of the diagonal", "window_right": "keys right of the diagonal"}
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
+# What the spec's modifiers may read (the same names AttentionSpec allows).
+MOD_NAMES = {"score_mod": ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv"), "mask_mod": ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")}
+TL_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp8e4m3", "fp8e5m2")
 REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
 _PROBE = ({"B": 3, "Hq": 12, "Hkv": 4, "Sq": 1000, "Sk": 1500}, {"B": 5, "Hq": 10, "Hkv": 5, "Sq": 777, "Sk": 333})
@@ -119,8 +122,8 @@ class _KernelCheck:
 
     def resolve_dtype(self, name: str, node: n.Node) -> str:
         d = self.dtypes.get(name, name)
-        if d not in FORMATS:
-            self.add("TL301", node, f"unknown data type {name!r}", "use fp16, bf16, fp32, fp8e4m3, fp8e5m2 or an alias from the dtype header (" + ", ".join(self.dtypes) + ")")
+        if d not in TL_DTYPES:
+            self.add("TL301", node, f"unknown data type {name!r}", "use " + ", ".join(TL_DTYPES) + " or an alias from the dtype header (" + ", ".join(self.dtypes) + ")")
             return "fp32"
         return d
 
@@ -218,8 +221,6 @@ class _KernelCheck:
         dtype = self.resolve_dtype(s.dtype, s)
         if s.init is not None:
             self.value(s.init, env, "initial value", integer=False)
-        if s.level == "shared" and s.init is not None:
-            self.add("TL402", s, "shared buffers have no initial value", "drop the '= ...'")
         self.names[s.name] = _Info(s.level, shape or (), s.shape, dtype, s, init=s.init)
         self.report.defs(self.k, s, s.name, self.names[s.name], loop)
 
@@ -332,7 +333,7 @@ class _KernelCheck:
             if tf32 is None:
                 self.add("TL502", s, f"{t.name} ({t.sm}) has no tensor-core instruction for fp32 or tf32; this GEMM runs on the FMA pipes", "expect about 1/8 of the fp16 rate; use fp16 inputs for tensor cores", "warning")
             else:
-                self.add("TL502", s, "exact fp32 GEMMs run on the FMA pipes; tf32 tensor cores need the spec's allow_tf32", "set allow_tf32 in the spec if ~1e-3 relative error is acceptable", "info")
+                self.add("TL502", s, "exact fp32 GEMMs run on the FMA pipes; tf32 tensor cores are used only when the spec allows tf32", "set allow_tf32 in the AttentionSpec if ~1e-3 relative error is acceptable", "info")
             return
         try:
             tc = t.tensor_core_dtype(dtype)
@@ -445,13 +446,13 @@ class _KernelCheck:
         for name, info, init, want in ((s.row_max, m, "-inf", -math.inf), (s.row_sum, l, "0", 0.0)):
             if info.shape != rows:
                 self.add("TL307", s, f"{name} has shape {_fmt(info.dims)}; the running state needs one value per row of {s.scores} {_fmt(S.dims[:1])}", f"Allocate {name} in register {_fmt(S.dims[:1])} : acc = {init}")
-            elif isinstance(info.node, n.Allocate) and info.init is not None:
+            elif isinstance(info.node, n.Allocate):
                 try:
-                    start = evaluate(info.init, self.env)
+                    start = 0.0 if info.init is None else evaluate(info.init, self.env)
                 except Exception:  # noqa: BLE001 - reported by the Allocate already
                     start = None
                 if start is not None and float(start) != want:
-                    self.add("TL411", info.node, f"{name} starts at {show(info.init)}; the running {'max' if want else 'sum'} must start at {init}", f"write '= {init}'")
+                    self.add("TL411", info.node, f"{name} starts at {show(info.init) if info.init is not None else 0}; the running {'max' if want else 'sum'} must start at {init}", f"write '= {init}'")
         for name in s.rescale:
             acc = self.get(name, s)
             if acc is not None and acc.shape[:1] != rows:
@@ -462,7 +463,7 @@ class _KernelCheck:
 
     def c_Normalize(self, s: n.Normalize, env: dict, loop) -> None:
         acc, l = self.get(s.acc, s), self.get(s.row_sum, s)
-        if acc is None or l is None:
+        if acc is None or l is None or not all(self.require_register(i, nm, s, "Normalize") for i, nm in ((acc, s.acc), (l, s.row_sum))):
             return
         if acc.shape[:1] != l.shape:
             self.add("TL307", s, f"{s.row_sum} {_fmt(l.dims)} does not have one value per row of {s.acc} {_fmt(acc.dims)}", "normalise by the running sum of the same rows")
@@ -472,7 +473,7 @@ class _KernelCheck:
 
     def c_LogSumExp(self, s: n.LogSumExp, env: dict, loop) -> None:
         m, l = self.get(s.row_max, s), self.get(s.row_sum, s)
-        if m is None or l is None:
+        if m is None or l is None or not all(self.require_register(i, nm, s, "LogSumExp") for i, nm in ((m, s.row_max), (l, s.row_sum))):
             return
         if m.shape != l.shape:
             self.add("TL307", s, f"{s.row_max} and {s.row_sum} differ in shape", "both are per-row state vectors")
@@ -521,7 +522,10 @@ class _Collector:
         self.active = True  # liveness is recorded during the first probe only
 
     def __call__(self, f: Finding) -> None:
-        self.findings.setdefault((f.code, f.line, f.col, f.message if f.severity != "error" else f.code), f)
+        # The second probe only adds findings at places the first did not flag (its numbers differ).
+        if not self.active and any(k[:3] == (f.code, f.line, f.col) for k in self.findings):
+            return
+        self.findings.setdefault((f.code, f.line, f.col, f.message), f)
 
     def defs(self, kernel, stmt, name, info, loop) -> None:
         if self.active and info.level == "register" and not info.from_shared:
@@ -579,7 +583,8 @@ def check(
             kc.run()
             written |= kc.written
             if probe_index == 0:
-                resources.append(_resources(kernel, kc, env, tgt, collect, sketch and bool(kernel.open_params())))
+                # Resource estimates need every parameter; open ones are reported as TL106 instead.
+                resources.append(_resources(kernel, kc, env, tgt, collect, bool(kernel.open_params())))
     last = program.kernels[-1]
     if "o" not in written:
         collect(Finding("TL410", "error", last.line, last.col, "no kernel writes the output o", "end with Copy O_r (BM, Dv) at [m, 0] from register to global O"))
@@ -597,20 +602,27 @@ def _safe_int(e: n.Expr, env: dict) -> int:
 
 
 def _resolve_target(program: n.Program, target, report) -> Target | None:
-    declared = next((k for k in program.kernels if k.target), None)
+    """The target to check for: the caller's, else the header's; every kernel's target line is checked."""
     if isinstance(target, str):
         target = get_target(target)
-    if declared is not None:
+    declared: list[tuple[n.Kernel, Target]] = []
+    for kernel in program.kernels:
+        if kernel.target is None:
+            continue
         try:
-            mine = get_target(declared.target)
+            declared.append((kernel, get_target(kernel.target)))
         except TargetError as err:
-            report(Finding("TL107", "error", declared.line, declared.col, f"unknown target {declared.target!r} in the header", err.hint or "use a name from 'attnforge targets'"))
-            return target
-        if target is None:
-            return mine
+            report(Finding("TL107", "error", kernel.line, kernel.col, f"unknown target {kernel.target!r} in the header of {kernel.name}", err.hint or "use a name from 'attnforge targets'"))
+    if len({t.cc for _, t in declared}) > 1:
+        kernel = declared[1][0]
+        report(Finding("TL103", "warning", kernel.line, kernel.col, f"the kernels of this program declare different targets ({', '.join(k.target for k, _ in declared)})", "one program is compiled for one GPU"))
+    if target is None and declared:
+        return declared[0][1]
+    for kernel, mine in declared:
         if mine.cc != target.cc:
-            report(Finding("TL103", "warning", declared.line, declared.col, f"the program declares target {declared.target} but is checked for {target.name} ({target.sm})", "update the header's target line, or check for the target it names"))
-    elif target is None:
+            report(Finding("TL103", "warning", kernel.line, kernel.col, f"the program declares target {kernel.target} but is checked for {target.name} ({target.sm})", "update the header's target line, or check for the target it names"))
+            break
+    if target is None:
         first = program.kernels[0]
         report(Finding("TL108", "info", first.line, first.col, "no target given: the checks of tensor cores, shared memory and registers were skipped", "add 'target h100' to the header or pass --target"))
     return target
@@ -630,27 +642,44 @@ def _check_header(kernel: n.Kernel, report, sketch: bool, probe_index: int) -> N
         elif p.value < 1:
             report(Finding("TL102", "error", p.line, p.col, f"parameter {p.name} = {p.value} must be positive", "tile sizes, warps and stages are >= 1"))
     for alias, dtype in kernel.dtypes:
-        if dtype not in FORMATS:
-            report(Finding("TL101", "error", kernel.line, kernel.col, f"dtype {alias} = {dtype} is not a known format", "formats: " + ", ".join(k for k in FORMATS if k != "fp64")))
+        if dtype not in TL_DTYPES:
+            report(Finding("TL101", "error", kernel.line, kernel.col, f"dtype {alias} = {dtype} is not a known format", "formats: " + ", ".join(TL_DTYPES)))
     for name in kernel.scalars:
         if name not in KNOWN_SCALARS:
             report(Finding("TL105", "error", kernel.line, kernel.col, f"runtime scalar {name!r} is not one the launcher can bind", "scalars: " + ", ".join(f"{k} ({v})" for k, v in KNOWN_SCALARS.items())))
     for f in kernel.computes:
-        if f.name not in FEATURES:
-            report(Finding("TL104", "error", f.line, f.col, f"unknown feature {f.name!r} in computes", "features: " + ", ".join(FEATURES)))
-        elif f.name == "causal" and f.value not in (None, "bottom_right", "top_left"):
+        _check_feature(kernel, f, report)
+    for sc in kernel.scratch:
+        if sc.dtype not in TL_DTYPES and sc.dtype not in dict(kernel.dtypes):
+            report(Finding("TL101", "error", sc.line, sc.col, f"scratch {sc.name} has unknown data type {sc.dtype!r}", "formats: " + ", ".join(TL_DTYPES)))
+
+
+def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
+    if f.name not in FEATURES:
+        report(Finding("TL104", "error", f.line, f.col, f"unknown feature {f.name!r} in computes", "features: " + ", ".join(FEATURES)))
+        return
+    if f.name == "causal":
+        if f.value not in (None, "bottom_right", "top_left"):
             report(Finding("TL104", "error", f.line, f.col, f"causal = {f.value} is not an alignment", "causal = bottom_right (j <= i + Sk - Sq) or causal = top_left (j <= i)"))
-        elif f.name in ("score_mod", "mask_mod") and not isinstance(f.value, n.Node):
+        return
+    if f.name in ("score_mod", "mask_mod"):
+        if not isinstance(f.value, n.Node):
             report(Finding("TL104", "error", f.line, f.col, f"{f.name} needs its expression", f"{f.name} = (expression)"))
-        elif f.name == "mask_mod" and not is_boolean(f.value):
-            report(Finding("TL310", "error", f.line, f.col, "mask_mod must be a truth value", "e.g. mask_mod = (kv_idx % 2 == 0)"))
-        elif f.name in ("window", "softcap"):
-            need = ("window_left", "window_right") if f.name == "window" else ("softcap",)
-            for s in need:
-                if s not in kernel.scalars:
-                    report(Finding("TL105", "error", f.line, f.col, f"feature {f.name} needs the runtime scalar {s}", f"add 'scalar {s}' to the header"))
-        elif f.name in ("window", "softcap", "alibi", "causal") and f.value is not None and f.name != "causal":
-            report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'"))
+            return
+        allowed = MOD_NAMES[f.name]
+        unknown = sorted(n.expr_names(f.value) - set(allowed) - {"inf"})
+        if unknown:
+            report(Finding("TL203", "error", f.line, f.col, f"{f.name} reads {', '.join(unknown)}, which it cannot see", "it may read: " + ", ".join(allowed)))
+        if (f.name == "mask_mod") != is_boolean(f.value):
+            want = "a truth value, e.g. mask_mod = (kv_idx % 2 == 0)" if f.name == "mask_mod" else "a number, e.g. score_mod = (score * 0.5)"
+            report(Finding("TL310", "error", f.line, f.col, f"{f.name} must be {want.split(',')[0]}", want))
+        return
+    if f.value is not None:
+        report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'; its numbers are runtime scalars"))
+    need = {"window": ("window_left", "window_right"), "softcap": ("softcap",)}.get(f.name, ())
+    for s in need:
+        if s not in kernel.scalars:
+            report(Finding("TL105", "error", f.line, f.col, f"feature {f.name} needs the runtime scalar {s}", f"add 'scalar {s}' to the header"))
 
 
 def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None, report, skip: bool) -> KernelResources:

@@ -12,7 +12,6 @@ modifiers read them as ``q_idx`` (rows) and ``kv_idx`` (columns).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -78,8 +77,8 @@ class _Kernel:
 
     def ev_int(self, e: n.Expr, env: dict, what: str) -> int:
         v = self.ev(e, env)
-        if isinstance(v, (bool, np.bool_)) or not float(v).is_integer():
-            self.fail(e, f"{what} must be an integer, got {v!r}", "use // or cdiv() for integer division")
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            self.fail(e, f"{what} must be an integer, got {v!r}", "use // or cdiv() for integer division, and integer sizes")
         return int(v)
 
     def shape(self, dims: tuple[n.Expr, ...], env: dict) -> tuple[int, ...]:
@@ -92,15 +91,18 @@ class _Kernel:
 
     # -- grid
     def run(self) -> None:
-        axes: list[tuple[str, int]] = []
-        env = dict(self.env)
-        for axis in self.k.grid:
-            axes.append((axis.name, self.ev_int(axis.extent, env, f"grid extent of {axis.name}")))
-        for point in itertools.product(*(range(extent) for _, extent in axes)):
-            local_env = dict(env)
-            local_env.update({name: int(i) for (name, _), i in zip(axes, point)})
+        for point in self._grid(0, dict(self.env)):
             self.result.programs += 1
-            self.block(self.k.body, local_env, {})
+            self.block(self.k.body, point, {})
+
+    def _grid(self, axis: int, env: dict):
+        """Every grid point in row-major order; an extent may read the axes before it."""
+        if axis == len(self.k.grid):
+            yield env
+            return
+        spec = self.k.grid[axis]
+        for i in range(self.ev_int(spec.extent, env, f"grid extent of {spec.name}")):
+            yield from self._grid(axis + 1, {**env, spec.name: i})
 
     def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> None:
         for stmt in body:
@@ -306,7 +308,8 @@ class _Kernel:
         l = self.tile_of(s.row_sum, s, local).data
         with np.errstate(invalid="ignore", divide="ignore"):
             data = np.where(l > 0, m.data + np.log(np.where(l > 0, l, 1.0)), -np.inf)
-        local[s.out] = replace(m, data=data)
+        acc = self.dtypes.get("acc", "fp32")
+        local[s.out] = replace(m, data=self.round(data, acc), dtype=acc)
 
     def s_Reshape(self, s: n.Reshape, env: dict, local: dict[str, Tile]) -> None:
         t = self.tile_of(s.name, s, local)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from importlib import resources
 
 from lark import Lark, Token, Transformer, v_args
@@ -53,7 +54,10 @@ class _Build(Transformer):
 
     @v_args(meta=True)
     def float_lit(self, meta, items):
-        return n.Num(float(items[0]), **_at(meta))
+        value = float(items[0])
+        if not math.isfinite(value):
+            self._fail(items[0], f"number {str(items[0])!r} is too large for a float", "write inf for infinity, or a smaller number")
+        return n.Num(value, **_at(meta))
 
     @v_args(meta=True)
     def name(self, meta, items):
@@ -63,7 +67,7 @@ class _Build(Transformer):
     def call(self, meta, items):
         func, args = items[0], tuple(items[1] or ())
         if func not in FUNCTIONS:
-            self._fail(func, f"unknown function {func!r}", "functions: " + ", ".join(sorted(FUNCTIONS)))
+            self._fail(func, f"unknown function {str(func)!r}", "functions: " + ", ".join(sorted(FUNCTIONS)))
         if len(args) != FUNCTIONS[func]:
             self._fail(func, f"{func}() takes {FUNCTIONS[func]} argument(s), got {len(args)}", f"write {func}({', '.join(['x', 'y', 'z'][:FUNCTIONS[func]])})")
         return n.Call(str(func), args, **_at(meta))
@@ -284,12 +288,12 @@ def _readable(term: str) -> str:
 def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntaxError:
     line = getattr(err, "line", None)
     col = getattr(err, "column", None)
+    lines = text.split("\n")  # lark counts lines by "\n" only; str.splitlines() also splits at \x0c, \u2028, ...
     if not isinstance(line, int) or line < 1:
-        lines = text.splitlines() or [""]
         line, col = len(lines), len(lines[-1]) + 1
     col = col if isinstance(col, int) and col >= 1 else 1
     if isinstance(err, UnexpectedCharacters):
-        bad = text.splitlines()[line - 1][col - 1 : col] if line - 1 < len(text.splitlines()) else ""
+        bad = lines[line - 1][col - 1 : col] if line - 1 < len(lines) else ""
         expected = tuple(sorted({_readable(t) for t in (err.allowed or ())}))
         return TLSyntaxError(f"unexpected character {bad!r}", where=Position(line, col, file), text=bad, expected=expected)
     if isinstance(err, UnexpectedToken):
@@ -305,7 +309,7 @@ def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntax
 
 def _leading_doc(text: str) -> str:
     doc = []
-    for raw in text.splitlines():
+    for raw in text.split("\n"):
         s = raw.strip()
         if not s.startswith("#"):
             break

@@ -90,7 +90,9 @@ def stmt(s: n.Stmt, depth: int = 0) -> list[str]:
         b = s.b + ("^T" if s.b_trans else "")
         return [f"{pad}Compute GEMM {a}, {b}{_result(s.out, s.accumulate)}"]
     if isinstance(s, n.Elementwise):
-        return [f"{pad}Compute {s.op} {_list(s.args)}{_result(s.out)}"]
+        # Operands are read at the '+' level (so 'and get' is never a boolean 'and'): wrap looser ones.
+        args = ", ".join(_wrap(a, _PREC["+"], False) for a in s.args)
+        return [f"{pad}Compute {s.op} {args}{_result(s.out)}"]
     if isinstance(s, n.Cast):
         return [f"{pad}Compute Cast {s.src} to {s.dtype}{_result(s.out)}"]
     if isinstance(s, n.ScoreMod):
