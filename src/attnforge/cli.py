@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 the program or kernel was checked or run and failed; 2 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -16,7 +17,7 @@ from typing import Sequence
 
 from rich.console import Console
 
-from .errors import AttnforgeError
+from .errors import AttnforgeError, Position, TLSyntaxError
 from .targets import format_targets_table, get_target, targets_as_dicts
 
 LIBRARY = "attnforge.tl.library"
@@ -38,7 +39,13 @@ def read_tl(path: str) -> tuple[str, str]:
     """The text of a TL file, looked up on disk first and then in the shipped library by name."""
     p = Path(path)
     if p.is_file():
-        return p.read_text(), str(p)
+        raw = p.read_bytes()
+        try:
+            return raw.decode("utf-8"), str(p)
+        except UnicodeDecodeError as err:
+            line = raw.count(b"\n", 0, err.start) + 1
+            col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+            raise TLSyntaxError(f"byte 0x{raw[err.start]:02x} is not UTF-8 text", where=Position(line, col, str(p)), hint="TL files are UTF-8 text") from None
     name = p.name if p.name.endswith(".tl") else p.name + ".tl"
     if name in library_programs():
         return resources.files(LIBRARY).joinpath(name).read_text(), name
@@ -133,12 +140,31 @@ def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
             return 1
     failed = 0
     for shape in shapes:
-        report = run_and_compare(program, shape, dtype=dtype, seed=ns.seed, scalars=scalars, params=params, file=name)
+        with _progress(console, str(shape)) as step:
+            report = run_and_compare(program, shape, dtype=dtype, seed=ns.seed, scalars=scalars, params=params, file=name, progress=step)
         failed += not report.passed
         console.print(report.line(), style="green" if report.passed else "bold red", markup=False, highlight=False)
     verdict = "verified" if not failed else f"{failed} of {len(shapes)} shape(s) FAILED"
     console.print(f"{name}: {verdict} against the float64 reference", style="bold green" if not failed else "bold red", highlight=False)
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _progress(console: Console, what: str):
+    """A transient bar over program instances on a terminal; nothing when output is piped."""
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def step(kernel: str, done: int, total: int) -> None:
+            if kernel not in tasks:
+                tasks[kernel] = bar.add_task(f"{kernel} {what}", total=total)
+            bar.update(tasks[kernel], completed=done)
+        yield step
 
 
 def cmd_tl_library(ns: argparse.Namespace, console: Console) -> int:

@@ -131,6 +131,7 @@ def run_and_compare(
     scalars: Mapping[str, float] | None = None,
     params: Mapping[str, int] | None = None,
     file: str | None = None,
+    progress=None,
 ) -> RunReport:
     """Interpret ``program`` on fresh random inputs and compare O and LSE with the reference.
 
@@ -155,7 +156,7 @@ def run_and_compare(
     }
     if dtype is not None:
         program = _with_dtype(program, dtype)
-    result = run_program(program, shape.sizes(), tensors, scalars=values, params=params, exact=dtype is None, file=file)
+    result = run_program(program, shape.sizes(), tensors, scalars=values, params=params, exact=dtype is None, file=file, progress=progress)
     ref_o, ref_lse = reference_for(program, shape, q, k, v, values, slopes)
     return RunReport(shape, dtype, relative_error(result.tensors["o"], ref_o), relative_error(result.tensors["lse"], ref_lse),
                      TOLERANCE[dtype], result.programs, result.loop_trips)

@@ -13,7 +13,7 @@ modifiers read them as ``q_idx`` (rows) and ``kv_idx`` (columns).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class RunResult:
 class _Kernel:
     """Executes one kernel of a program over its whole grid."""
 
-    def __init__(self, kernel: n.Kernel, env: dict, tensors: dict[str, np.ndarray], tensor_dtypes: dict[str, str], exact: bool, file: str | None, result: RunResult):
+    def __init__(self, kernel: n.Kernel, env: dict, tensors: dict[str, np.ndarray], tensor_dtypes: dict[str, str], exact: bool, file: str | None, result: RunResult, progress=None):
         self.k = kernel
         self.tensor_dtypes = tensor_dtypes
         self.env = env
@@ -58,6 +58,7 @@ class _Kernel:
         self.file = file
         self.result = result
         self.dtypes = kernel.dtype_map()
+        self.progress = progress
 
     # -- helpers
     def fail(self, node: n.Node, message: str, hint: str | None = None) -> None:
@@ -91,9 +92,12 @@ class _Kernel:
 
     # -- grid
     def run(self) -> None:
-        for point in self._grid(0, dict(self.env)):
+        points = list(self._grid(0, dict(self.env)))
+        for i, point in enumerate(points):
             self.result.programs += 1
             self.block(self.k.body, point, {})
+            if self.progress is not None:
+                self.progress(self.k.name, i + 1, len(points))
 
     def _grid(self, axis: int, env: dict):
         """Every grid point in row-major order; an extent may read the axes before it."""
@@ -332,12 +336,14 @@ def run_program(
     params: Mapping[str, int] | None = None,
     exact: bool = True,
     file: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> RunResult:
     """Run every kernel of ``program`` in order over shared global ``tensors`` (written in place).
 
     ``sizes`` binds B, Hq, Hkv, Sq, Sk, D, Dv; ``params`` overrides or fills the header's
     parameters; ``scalars`` binds the runtime scalars the kernels declare. Scratch tensors are
-    created (NaN-filled) on first declaration.
+    created (NaN-filled) on first declaration. ``progress(kernel, done, total)`` is called after
+    each program instance.
     """
     tensors = dict(tensors)
     result = RunResult(tensors)
@@ -365,5 +371,5 @@ def run_program(
                     raise TLRuntimeError(f"scratch {sc.name} declared with shape {shape}, earlier {tensors[sc.name].shape}", where=Position(sc.line, sc.col, file))
             else:
                 tensors[sc.name] = np.full(shape, np.nan)
-        _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result).run()
+        _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result, progress).run()
     return result
