@@ -19,10 +19,10 @@ import string
 from importlib import resources
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnforge.errors import AttnforgeError, Position, TLSyntaxError
+from attnforge.errors import Position, TLSyntaxError
 from attnforge.tl import nodes as n
 from attnforge.tl.parser import ELEMENTWISE_OPS, FUNCTIONS, parse, parse_expr
 from attnforge.tl.printer import expr as show
@@ -57,10 +57,9 @@ def test_library_program_round_trips(name: str) -> None:
     again = parse(printed)
     assert again == program
     assert print_program(again) == printed  # printing is idempotent
-    assert program.doc and program.doc.splitlines()[0].startswith(name)
     # the AST really holds the program: every kernel has a grid and a body
     for kernel in program.kernels:
-        assert kernel.grid and kernel.body and kernel.target == "sm_90"
+        assert kernel.grid and kernel.body
 
 
 @pytest.mark.parametrize("name", LIBRARY)
@@ -126,7 +125,6 @@ EXPR_NAMES = NAMES.filter(lambda s: s != "not")
 COPY_DST_NAMES = NAMES.filter(lambda s: s != "to")
 
 BINARY_OPS = ("+", "-", "*", "/", "//", "%", "<", "<=", ">", ">=", "==", "!=", "and", "or")
-BOOLEAN_OPS = ("<", "<=", ">", ">=", "==", "!=", "and", "or")
 
 NUMBERS = st.one_of(
     st.integers(min_value=-(10**12), max_value=10**12).map(n.Num),  # negative: folded by the parser
@@ -134,9 +132,10 @@ NUMBERS = st.one_of(
 )
 
 
-def _not_folded(e: n.Expr) -> bool:
-    """``-`` applied to a nonzero literal is folded into the literal by the parser."""
-    return not (isinstance(e, n.Num) and e.value != 0)
+def _unfoldable(e: n.Expr) -> n.Expr:
+    """``-`` applied to a nonzero literal is folded into the literal by the parser (``-3`` is
+    Num(-3), never Unary('-', Num(3))), so a negated literal can only be zero."""
+    return n.Num(0) if isinstance(e, n.Num) and e.value != 0 else e
 
 
 def _call(children):
@@ -147,7 +146,7 @@ def _call(children):
 
 def _extend(children):
     return st.one_of(
-        st.builds(n.Unary, st.just("-"), children.filter(_not_folded)),
+        st.builds(n.Unary, st.just("-"), children.map(_unfoldable)),
         st.builds(n.Unary, st.just("not"), children),
         st.builds(n.Binary, st.sampled_from(BINARY_OPS), children, children),
         _call(children),
@@ -158,18 +157,9 @@ def _extend(children):
 EXPRS = st.recursive(st.one_of(NUMBERS, EXPR_NAMES.map(n.Name)), _extend, max_leaves=10)
 
 
-def _arithmetic(e: n.Expr) -> bool:
-    """A Compute operand is a `sum` in the grammar: no top-level comparison, and/or or not."""
-    if isinstance(e, n.Binary):
-        return e.op not in BOOLEAN_OPS
-    if isinstance(e, n.Unary):
-        return e.op == "-"
-    return True
-
-
-# Compute operands are restricted to arithmetic at the top; see
-# test_printer_parenthesises_boolean_compute_operands for what happens otherwise (a printer bug).
-ARGS = EXPRS.filter(_arithmetic)
+# Compute operands are read at the `sum` level of the grammar; the printer must parenthesise looser
+# operands (comparisons, and/or/not), so operands are drawn from every expression.
+ARGS = EXPRS
 SHAPES = st.lists(EXPRS, max_size=3).map(tuple)
 NONEMPTY = st.lists(EXPRS, min_size=1, max_size=3).map(tuple)
 OPT_NAME = st.none() | NAMES
@@ -240,7 +230,8 @@ KERNELS = st.builds(
     body=_tuple(STMTS, max_size=6),
 )
 DOC_LINE = st.text(alphabet=string.ascii_letters + string.digits + " #.,:()=-", max_size=30).map(str.rstrip)
-DOCS = st.lists(DOC_LINE, max_size=3).map("\n".join).filter(lambda d: not d or d.splitlines() == d.split("\n"))
+# A parsed doc never ends with an empty line (the blank line before the kernel is not part of it).
+DOCS = st.lists(DOC_LINE, max_size=3).map(lambda lines: "\n".join(lines).rstrip("\n"))
 PROGRAMS = st.builds(n.Program, st.lists(KERNELS, min_size=1, max_size=3).map(tuple), doc=DOCS)
 
 
@@ -263,7 +254,7 @@ def test_program_round_trip(program: n.Program) -> None:
 
 
 def test_reserved_words() -> None:
-    """The two words the strategies avoid are really rejected where they are excluded, and only there."""
+    """The two words the strategies avoid are really rejected where they are excluded, and names elsewhere."""
     with pytest.raises(TLSyntaxError):
         parse_expr("not")
     assert parse_expr("1 + not") == n.Binary("+", n.Num(1), n.Name("not"))  # a name where `not` cannot start
@@ -281,9 +272,10 @@ FUZZ_TOKENS = LITERALS + ["x", "S", "q", "Qr", "mma_a", "mma_c", "Add", "Exp", "
 
 
 def _must_only_raise_syntax_errors(text) -> None:
-    for fn in (parse, parse_expr):
+    """``parse``/``parse_expr`` either succeed (and the result round-trips) or raise TLSyntaxError."""
+    for fn, printer in ((parse, print_program), (parse_expr, show)):
         try:
-            fn(text)
+            result = fn(text)
         except TLSyntaxError as err:
             assert isinstance(err.where, Position)
             assert err.where.line >= 1 and err.where.col >= 1
@@ -291,8 +283,10 @@ def _must_only_raise_syntax_errors(text) -> None:
                 assert err.where.line <= text.count("\n") + 2
             assert isinstance(err.expected, tuple) and all(isinstance(t, str) for t in err.expected)
             assert isinstance(str(err), str)
-        except AttnforgeError:
-            pass
+        else:
+            back = fn(printer(result))
+            # Docs are compared in test_doc_comment_with_unicode_line_breaks_round_trips.
+            assert (back.kernels == result.kernels) if fn is parse else (back == result)
 
 
 @settings(max_examples=1200, deadline=None)
@@ -487,12 +481,14 @@ def test_parse_expr_errors() -> None:
     assert str(info.value).startswith("spec.mask_mod:1:10:")
 
 
-# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+# ---------------------------------------------------------------- regressions
+# Bugs these tests found in src/ while they were written; src/ has been fixed since, and the tests
+# keep them fixed.
 
 
 def test_unknown_function_message_names_the_function() -> None:
-    # BUG (src/attnforge/tl/parser.py, _Build.call): the message formats the lark Token with !r,
-    # giving "unknown function Token('NAME', 'foo')" instead of "unknown function 'foo'".
+    # REGRESSION (src/attnforge/tl/parser.py, _Build.call): the message formatted the lark Token
+    # with !r, giving "unknown function Token('NAME', 'foo')" instead of "unknown function 'foo'".
     with pytest.raises(TLSyntaxError) as info:
         parse_expr("foo(1)")
     assert info.value.message == "unknown function 'foo'"
@@ -501,9 +497,9 @@ def test_unknown_function_message_names_the_function() -> None:
 
 @pytest.mark.parametrize("operand", ["(kv_idx < Sk)", "(a and b)", "(not a)", "(a or b)"])
 def test_printer_parenthesises_boolean_compute_operands(operand: str) -> None:
-    # BUG (src/attnforge/tl/printer.py, stmt for Elementwise): Compute operands are `sum`s in the
-    # grammar, but the printer writes a boolean operand without its parentheses, e.g.
-    # "Compute Multiply S, kv_idx < Sk", which does not parse: parse(print_program(p)) fails for a
+    # REGRESSION (src/attnforge/tl/printer.py, stmt for Elementwise): Compute operands are `sum`s in
+    # the grammar, but the printer wrote a boolean operand without its parentheses, e.g.
+    # "Compute Multiply S, kv_idx < Sk", which does not parse: parse(print_program(p)) failed for a
     # program that parse() accepted.
     program = parse(f"kernel k\nCompute Multiply S, {operand}\nCompute Add S, {operand} and get T\n")
     assert parse(print_program(program)) == program
@@ -511,9 +507,10 @@ def test_printer_parenthesises_boolean_compute_operands(operand: str) -> None:
 
 @pytest.mark.parametrize("literal", ["1e999", "1" + "0" * 400 + ".0"])
 def test_float_literal_overflow(literal: str) -> None:
-    # BUG (src/attnforge/tl/parser.py, float_lit): a literal too large for a float is accepted as
-    # Num(inf); the printer then raises ValueError ("TL has no literal for inf"), so a parsed program
-    # cannot be printed. Either the parser rejects it with a TLSyntaxError or it round-trips.
+    # REGRESSION (src/attnforge/tl/parser.py, float_lit): a literal too large for a float was
+    # accepted as Num(inf); the printer then raised ValueError ("TL has no literal for inf"), so a
+    # parsed program could not be printed. Either the parser rejects it with a TLSyntaxError or it
+    # round-trips.
     try:
         e = parse_expr(literal)
     except TLSyntaxError:
@@ -523,11 +520,24 @@ def test_float_literal_overflow(literal: str) -> None:
 
 @pytest.mark.parametrize("newline", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"])
 def test_unexpected_character_text_with_unicode_line_breaks(newline: str) -> None:
-    # BUG (src/attnforge/tl/parser.py, _syntax_error): lark counts lines by "\n" only, but the
-    # offending character is looked up with str.splitlines(), which also splits at \r, \x0b, \x0c,
-    # \x1c-\x1e, \x85, \u2028 and \u2029. A comment holding one of them shifts the lookup, so the
-    # message names a character of another line (here 'k' of "kernel" instead of '$').
+    # REGRESSION (src/attnforge/tl/parser.py, _syntax_error): lark counts lines by "\n" only, but
+    # the offending character was looked up with str.splitlines(), which also splits at \r, \x0b,
+    # \x0c, \x1c-\x1e, \x85, \u2028 and \u2029. A comment holding one of them shifted the lookup, so
+    # the message named a character of another line (here 'k' of "kernel" instead of '$').
     text = f"# doc{newline}more\nkernel x\n$\n"
     err = _error(text)
     assert (err.where.line, err.where.col) == (3, 1)
     assert err.text == "$", err.message
+
+
+# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+
+
+@pytest.mark.parametrize("newline", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"])
+def test_doc_comment_with_unicode_line_breaks_round_trips(newline: str) -> None:
+    # BUG (src/attnforge/tl/printer.py, print_program): the parser reads the doc comment line by
+    # line at "\n" only (so "# a\x0cb" gives the doc "a\x0cb"), but print_program splits the doc
+    # with str.splitlines(), which also breaks at \r, \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029:
+    # it prints "# a" and "# b", which parse back as the doc "a\nb".
+    program = parse(f"# a{newline}b\nkernel k\n")
+    assert parse(print_program(program)) == program

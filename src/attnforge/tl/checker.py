@@ -128,13 +128,19 @@ class _KernelCheck:
         return d
 
     def names_ok(self, e: n.Expr, env: dict, extra: tuple[str, ...] = ()) -> bool:
-        missing = sorted(n.expr_names(e) - set(env) - set(extra) - set(self.tensors) - {"inf"})
+        indexes = _indexes(e)
+        for node in indexes:
+            if node.name not in self.tensors:
+                self.add("TL202", node, f"{node.name}[...] reads a tensor that is not an argument", "tensors: " + ", ".join(sorted(self.tensors)))
+                return False
+            rank = len(self.tensors[node.name])
+            if len(node.args) != rank:
+                self.add("TL302", node, f"{node.name} has {rank} dimensions but {show(node)} gives {len(node.args)} index(es)", "an expression reads one element: give one index per dimension")
+                return False
+        indexed = {node.name for node in indexes}
+        missing = sorted(n.expr_names(e) - indexed - set(env) - set(extra) - {"inf"})
         for name in missing:
             self.add("TL203", e, f"name {name!r} is not defined here", "defined: " + ", ".join(sorted(set(env) | set(extra))))
-        for name in _indexed(e):
-            if name not in self.tensors:
-                self.add("TL202", e, f"{name}[...] reads a tensor that is not an argument", "tensors: " + ", ".join(sorted(self.tensors)))
-                return False
         return not missing
 
     def value(self, e: n.Expr, env: dict, what: str, integer: bool = True):
@@ -490,16 +496,17 @@ class _KernelCheck:
         t.layout = s.dst_layout
 
 
-def _indexed(e: n.Expr) -> set[str]:
+def _indexes(e: n.Expr) -> list[n.Index]:
+    """Every ``name[...]`` read inside an expression."""
     if isinstance(e, n.Index):
-        return {e.name}.union(*(_indexed(a) for a in e.args))
+        return [e] + [i for a in e.args for i in _indexes(a)]
     if isinstance(e, n.Unary):
-        return _indexed(e.operand)
+        return _indexes(e.operand)
     if isinstance(e, n.Binary):
-        return _indexed(e.left) | _indexed(e.right)
+        return _indexes(e.left) + _indexes(e.right)
     if isinstance(e, n.Call):
-        return set().union(*(_indexed(a) for a in e.args))
-    return set()
+        return [i for a in e.args for i in _indexes(a)]
+    return []
 
 
 class _Probe:
@@ -705,6 +712,8 @@ def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None
             res.smem_breakdown[s.name] = _bytes(info) * stages_of.get(s.name, 1)
     res.smem_bytes = sum(res.smem_breakdown.values())
     warps = params.get("warps")
+    if warps is not None and warps < 1:
+        return res  # reported as TL102
     if warps is None:
         report(Finding("TL109", "warning", kernel.line, kernel.col, "no 'warps' parameter: the register estimate assumes 4 warps", "add param warps = 4 (or 8)"))
         warps = 4

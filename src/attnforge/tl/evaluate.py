@@ -117,6 +117,9 @@ def _eval(e: n.Expr, env, tensors) -> Value:
         if e.name not in tensors:
             raise TLRuntimeError(f"tensor {e.name!r} is not an argument of this kernel", where=Position(e.line, e.col), hint="tensors: " + ", ".join(sorted(tensors)))
         idx = tuple(_eval(a, env, tensors) for a in e.args)
+        rank = getattr(tensors[e.name], "ndim", len(idx))
+        if len(idx) != rank:
+            raise TLRuntimeError(f"{e.name} has {rank} dimensions; {e.name}[...] gives {len(idx)} index(es)", where=Position(e.line, e.col), hint="an expression reads one element: give one index per dimension")
         return tensors[e.name][idx]
     raise TypeError(f"not an expression: {e!r}")
 

@@ -83,7 +83,11 @@ class _Kernel:
         return int(v)
 
     def shape(self, dims: tuple[n.Expr, ...], env: dict) -> tuple[int, ...]:
-        return tuple(self.ev_int(d, env, "a dimension") for d in dims)
+        values = tuple(self.ev_int(d, env, "a dimension") for d in dims)
+        for d, v in zip(dims, values):
+            if v < 1:
+                self.fail(d, f"dimension {v} is not positive", "every dimension of a tile or buffer is at least 1")
+        return values
 
     def tile_of(self, name: str, node: n.Node, local: dict[str, Tile]) -> Tile:
         if name not in local:

@@ -153,7 +153,7 @@ def print_program(p: n.Program) -> str:
     """Canonical text of a program: its doc comment, then each kernel separated by a blank line."""
     out: list[str] = []
     if p.doc:
-        out += [f"# {line}".rstrip() for line in p.doc.splitlines()]
+        out += [f"# {line}".rstrip() for line in p.doc.split("\n")]  # the parser splits the doc at "\n" only
         out.append("")
     for i, k in enumerate(p.kernels):
         if i:

@@ -1,0 +1,314 @@
+"""TL static checker: the library checks clean, and each planted fault gives its finding.
+
+The planted faults live in tests/tl_faults/*.tl: each is a library program with one small edit,
+and carries its expectations in comment lines of the form
+
+    # expect: TL401 error at line 26 on h100 head_dim=128
+
+(one line per expected finding; the line number counts the fixture's own lines).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from attnforge.tl import nodes as n
+from attnforge.tl.checker import CheckResult, Finding, check
+from attnforge.tl.parser import parse
+
+LIBRARY_DIR = resources.files("attnforge.tl").joinpath("library")
+LIBRARY = sorted(p.name for p in LIBRARY_DIR.iterdir() if p.name.endswith(".tl"))
+FAULTS_DIR = Path(__file__).parent / "tl_faults"
+FAULTS = sorted(p.name for p in FAULTS_DIR.glob("*.tl"))
+EXPECT = re.compile(r"^# expect: (TL\d{3}) (error|warning|info) at line (\d+) on (\S+) head_dim=(\d+)$", re.M)
+
+
+def library_text(name: str) -> str:
+    return LIBRARY_DIR.joinpath(name).read_text()
+
+
+def edited(name: str, old: str, new: str) -> n.Program:
+    text = library_text(name)
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {name}"
+    return parse(text.replace(old, new))
+
+
+def codes(result: CheckResult, severity: str = "error") -> set[str]:
+    return {f.code for f in result.findings if f.severity == severity}
+
+
+def only(result: CheckResult, code: str) -> Finding:
+    found = [f for f in result.findings if f.code == code]
+    assert len(found) == 1, [str(f) for f in result.findings]
+    return found[0]
+
+
+# ---------------------------------------------------------------- the library is clean
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("target", ["h100", "a100", None])
+@pytest.mark.parametrize("name", LIBRARY)
+def test_library_checks_clean(name: str, target: str | None, head_dim: int) -> None:
+    result = check(parse(library_text(name)), target, head_dim=head_dim, file=name)
+    assert result.ok, [str(f) for f in result.errors]
+    assert result.open_params == []
+    # The header says sm_90: checking for a100 warns about the mismatch, and nothing else warns.
+    expected_warnings = {"TL103"} if target == "a100" else set()
+    assert codes(result, "warning") == expected_warnings, [str(f) for f in result.findings]
+    assert result.target is not None and result.target.name == (target or "h100")
+    assert len(result.resources) == len(parse(library_text(name)).kernels)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_shared_memory_estimate_is_exact(head_dim: int) -> None:
+    """Qs once, Ks and Vs once per pipeline stage, bf16 (2 bytes), for BM = 128, BN = 64, stages = 2."""
+    result = check(parse(library_text("gqa_fwd.tl")), "h100", head_dim=head_dim)
+    (res,) = result.resources
+    assert res.smem_breakdown == {"Qs": 128 * head_dim * 2, "Ks": 2 * 64 * head_dim * 2, "Vs": 2 * 64 * head_dim * 2}
+    assert res.smem_bytes == sum(res.smem_breakdown.values())
+    assert res.threads == 8 * 32
+    assert 24 < res.regs_per_thread <= 255
+
+
+def test_register_estimate_grows_with_the_tile_and_falls_with_warps() -> None:
+    def regs(old: str, new: str) -> int:
+        (res,) = check(edited("gqa_fwd.tl", old, new), "h100").resources
+        return res.regs_per_thread
+
+    base = regs("warps = 8", "warps = 8")
+    assert regs("warps = 8", "warps = 4") > base > regs("warps = 8", "warps = 16")
+    assert regs("BM = 128", "BM = 64") < base
+
+
+def test_decode_combine_kernel_uses_no_shared_memory() -> None:
+    result = check(parse(library_text("decode_split_kv.tl")), "h100")
+    partial, combine = result.resources
+    assert partial.kernel == "decode_split_kv_partial" and partial.smem_bytes > 0
+    assert combine.kernel == "decode_split_kv_combine" and combine.smem_bytes == 0
+
+
+def test_header_target_and_missing_target() -> None:
+    text = library_text("gqa_fwd.tl")
+    assert check(parse(text)).target.name == "h100"
+    no_target = parse(text.replace("target sm_90\n", ""))
+    result = check(no_target)
+    assert result.target is None and result.ok
+    assert codes(result, "info") == {"TL108"}
+    assert check(no_target, "a100").target.name == "a100"
+    bad = check(parse(text.replace("target sm_90", "target sm_13")))
+    assert "TL107" in codes(bad)
+
+
+# ---------------------------------------------------------------- planted faults (fixtures)
+
+
+def _expectations(text: str) -> list[tuple[str, str, int, str, int]]:
+    return [(c, s, int(line), t, int(hd)) for c, s, line, t, hd in EXPECT.findall(text)]
+
+
+def test_fault_fixtures_exist() -> None:
+    assert len(FAULTS) >= 30
+    for name in FAULTS:
+        assert _expectations((FAULTS_DIR / name).read_text()), f"{name} has no '# expect:' line"
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_planted_fault_is_found(name: str) -> None:
+    text = (FAULTS_DIR / name).read_text()
+    program = parse(text, file=name)
+    lines = text.splitlines()
+    for code, severity, line, target, head_dim in _expectations(text):
+        result = check(program, target, head_dim=head_dim, file=name)
+        assert not result.ok
+        hits = [f for f in result.findings if f.code == code and f.severity == severity and f.line == line]
+        assert hits, f"no {code} at line {line}; got: " + "; ".join(str(f) for f in result.findings)
+        for f in hits:
+            assert 1 <= f.col <= len(lines[line - 1]) and not lines[line - 1][f.col - 1].isspace()
+            assert f.message and f.hint
+            assert f.message[0] != " " and f.hint != f.message
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_the_fault_is_the_first_error(name: str) -> None:
+    """Where a fault has a single expected error, no error comes before it in the source."""
+    text = (FAULTS_DIR / name).read_text()
+    expected = _expectations(text)
+    code, _, line, target, head_dim = expected[0]
+    result = check(parse(text), target, head_dim=head_dim)
+    first = min(result.errors, key=lambda f: (f.line, f.col))
+    if len(expected) == 1 and code not in ("TL410", "TL503", "TL504", "TL105"):  # kernel-level findings sit on the kernel line
+        assert (first.code, first.line) == (code, line), [str(f) for f in result.errors]
+
+
+# ---------------------------------------------------------------- planted faults (in code): hints that act
+
+
+def test_tl409_hint_names_the_missing_rescale() -> None:
+    f = only(check(edited("gqa_fwd.tl", " rescale O_acc", ""), "h100"), "TL409")
+    assert "rescale O_acc" in f.hint and "line 30" in f.message
+
+
+def test_tl303_hint_suggests_the_transpose() -> None:
+    f = only(check(edited("gqa_fwd.tl", "Compute GEMM Qr, Kr^T", "Compute GEMM Qr, Kr"), "h100"), "TL303")
+    assert f.hint == "write Kr^T"
+    assert check(edited("gqa_fwd.tl", "Compute GEMM Qr, Kr^T", "Compute GEMM Qr, Kr^T"), "h100").ok
+
+
+def test_tl406_hint_is_the_missing_statement() -> None:
+    program = edited("gqa_fwd.tl", "    Reshape P from mma_c to mma_a\n", "")
+    f = only(check(program, "h100"), "TL406")
+    assert "Reshape P from mma_c to mma_a" in f.hint
+
+
+def test_tl407_hint_names_the_actual_layout() -> None:
+    f = only(check(edited("gqa_fwd.tl", "from mma_c to mma_a", "from mma_b to mma_a"), "h100"), "TL407")
+    assert "mma_c" in f.message and f.hint == "write 'Reshape P from mma_c to mma_a'"
+
+
+def test_tl305_hint_casts_the_fp32_operand() -> None:
+    f = only(check(edited("gqa_fwd.tl", "    Compute Cast P to qkv\n", ""), "h100"), "TL305")
+    assert "fp32" in f.message and "bf16" in f.message and "Cast P" in f.hint
+
+
+def test_tl411_hint_names_the_right_start() -> None:
+    f = only(check(edited("gqa_fwd.tl", "(BM) : acc = -inf", "(BM) : acc = 0"), "h100"), "TL411")
+    assert f.hint == "write '= -inf'"
+    f = only(check(edited("decode_split_kv.tl", "Allocate l_i in register (BM) : acc = 0\nAllocate O_acc in register (BM, Dv) : acc = 0\nfor s",
+                          "Allocate l_i in register (BM) : acc = 2\nAllocate O_acc in register (BM, Dv) : acc = 0\nfor s"), "h100"), "TL411")
+    assert f.hint == "write '= 0'" and f.line == 56
+
+
+def test_tl404_depends_on_the_target() -> None:
+    """Hopper's wgmma reads a shared-memory operand; Ampere's mma.sync cannot."""
+    program = edited("gqa_fwd.tl", "Compute GEMM Qr, Kr^T", "Compute GEMM Qs, Kr^T")
+    assert "TL404" not in codes(check(program, "h100"))
+    f = only(check(program, "a100"), "TL404")
+    assert "Qs" in f.message and f.hint == "Copy Qs from shared to register first"
+    assert "TL404" in codes(check(edited("gqa_fwd.tl", "Compute GEMM P, Vr", "Compute GEMM P, V"), "h100"))
+
+
+def test_tl503_hint_on_t4_names_the_fix_and_the_fix_works() -> None:
+    program = parse(library_text("gqa_fwd.tl"))
+    f = only(check(program, "t4"), "TL503")
+    assert "96 KiB" in f.message and "64 KiB" in f.message
+    assert "stages from 2 to 1" in f.hint
+    fixed = edited("gqa_fwd.tl", "stages = 2", "stages = 1")
+    assert "TL503" not in codes(check(fixed, "t4"))
+
+
+def test_tl503_hint_on_h100_names_what_to_change() -> None:
+    program = edited("gqa_fwd.tl", "param BM = 128, BN = 64, warps = 8, stages = 2", "param BM = 128, BN = 256, warps = 8, stages = 4")
+    result = check(program, "h100", head_dim=256)
+    f = only(result, "TL503")
+    assert "227 KiB" in f.message and "Ks 512 KiB" in f.message
+    assert "BN" in f.hint
+    assert "TL503" not in codes(check(program, "h100", head_dim=32))  # the same tiles fit a small head dim
+
+
+def test_tl504_hint_and_fix() -> None:
+    program = edited("gqa_fwd.tl", "warps = 8", "warps = 1")
+    f = only(check(program, "h100"), "TL504")
+    assert "warps" in f.hint and "255" in f.message
+    assert check(parse(library_text("gqa_fwd.tl")), "h100").ok
+
+
+def test_tl505_only_for_parameters_not_problem_sizes() -> None:
+    f = only(check(edited("gqa_fwd.tl", "param BM = 128", "param BM = 24"), "h100"), "TL505")
+    assert f.hint == "choose BM as a multiple of 16"
+    result = check(parse(library_text("gqa_fwd.tl")), "h100", head_dim=40)
+    assert result.ok  # D = 40 is padded by the translator: info, not an error
+    assert "TL505" in codes(result, "info")
+
+
+def test_tl106_open_parameter_error_or_sketch_info() -> None:
+    program = edited("gqa_fwd.tl", "param BM = 128, BN = 64", "param BM = 128, BN")
+    strict = check(program, "h100")
+    f = only(strict, "TL106")
+    assert f.severity == "error" and "BN" in f.message and strict.open_params == ["BN"]
+    sketch = check(program, "h100", sketch=True)
+    f = only(sketch, "TL106")
+    assert f.severity == "info" and sketch.ok and sketch.open_params == ["BN"]
+    (res,) = sketch.resources
+    assert res.smem_bytes is None  # resource checks that need BN are skipped
+
+
+def test_tl105_needs_every_window_scalar() -> None:
+    result = check(edited("sliding_window_fwd.tl", "scalar scale, window_left, window_right", "scalar scale, window_left"), "h100")
+    assert any(f.code == "TL105" and "window_right" in f.message for f in result.errors)
+
+
+def test_tl104_and_tl310_for_feature_values() -> None:
+    result = check(edited("gqa_fwd.tl", "scalar scale\n", "scalar scale\ncomputes mask_mod = (kv_idx + 1), softcap\n"), "h100")
+    assert "TL310" in codes(result)  # mask_mod is a number
+    assert "TL105" in codes(result)  # softcap without its scalar
+    result = check(edited("gqa_fwd.tl", "scalar scale\n", "scalar scale\ncomputes score_mod\n"), "h100")
+    assert "TL104" in codes(result)
+
+
+def test_tl410_lse_missing_is_a_warning_o_missing_an_error() -> None:
+    no_lse = check(edited("gqa_fwd.tl", "Copy lse_r (BM) at [m] from register to global LSE\n", ""), "h100")
+    assert no_lse.ok and only(no_lse, "TL410").severity == "warning"
+    no_o = check(edited("gqa_fwd.tl", "Copy O_r (BM, Dv) at [m, 0] from register to global O\n", ""), "h100")
+    assert only(no_o, "TL410").severity == "error"
+
+
+def test_tl408_only_for_inputs() -> None:
+    result = check(edited("gqa_fwd.tl", "from register to global LSE\n", "from register to global LSE\nCopy O_r (BM, Dv) at [m, 0] from register to global V\n"), "h100")
+    f = only(result, "TL408")
+    assert "v" in f.message and f.line == 41
+
+
+def test_shape_probes_catch_sizes_that_agree_by_accident() -> None:
+    """With Sq = Sk or D = Dv a wrong view would look fine; the checker's second probe differs."""
+    result = check(edited("gqa_fwd.tl", "Allocate V in global (Sk, Dv)", "Allocate V in global (Sk, D)"), "h100", head_dim=64, head_dim_v=64)
+    assert "TL301" in codes(result)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def test_findings_render_file_line_col_code_message_hint() -> None:
+    name = "tl409_missing_rescale.tl"
+    text = (FAULTS_DIR / name).read_text()
+    result = check(parse(text, file=name), "h100", file=name)
+    f = only(result, "TL409")
+    assert f.render(name) == f"{name}:{f.line}:{f.col}: TL409: {f.message} ({f.hint})"
+    assert str(f) == f"{f.line}:{f.col}: TL409: {f.message} ({f.hint})"
+    pattern = re.compile(r"^tl409_missing_rescale\.tl:\d+:\d+: TL\d{3}: .+ \(.+\)$")
+    for finding in result.findings:
+        assert pattern.match(finding.render(name)), finding.render(name)
+
+
+def test_findings_are_sorted_by_position() -> None:
+    result = check(parse((FAULTS_DIR / "tl501_bf16_gemm_on_t4.tl").read_text()), "t4")
+    keys = [(f.line, f.col, f.code) for f in result.findings]
+    assert keys == sorted(keys)
+
+
+# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+
+
+def test_zero_warps_is_a_finding_not_a_crash() -> None:
+    # BUG (src/attnforge/tl/checker.py, _resources/_register_estimate): `param warps = 0` makes
+    # threads = 0 and _register_estimate divides by it: check() raises ZeroDivisionError instead of
+    # returning the TL102 finding ("parameter warps = 0 must be positive") it already reported.
+    result = check(edited("gqa_fwd.tl", "warps = 8", "warps = 0"), "h100")
+    assert any(f.code == "TL102" and "warps" in f.message for f in result.errors)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("Compute Multiply S, scale", "Compute Multiply S, o[b]"),
+    ("Allocate O_acc in register (BM, Dv) : acc = 0", "Allocate O_acc in register (BM, Dv) : acc = q[0]"),
+    ("keep kv_idx < Sk", "keep kv_idx < Sk + k[b, 0]"),
+])
+def test_indexing_a_tensor_with_too_few_indices_is_an_error(old: str, new: str) -> None:
+    # BUG (src/attnforge/tl/checker.py): the checker reads every tensor element through a _Probe
+    # that returns 1.0 whatever the index, so `o[b]` (one index into the 4-d o) passes as a number.
+    # The interpreter then gets an array slice and crashes (see test_tl_interpreter.py).
+    result = check(edited("gqa_fwd.tl", old, new), "h100")
+    assert not result.ok, "a partial index into a tensor was accepted"
