@@ -360,7 +360,9 @@ def test_bad_programs_raise_runtime_errors_with_positions(old: str, new: str, sh
     assert info.value.where.line == line
 
 
-# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+# ---------------------------------------------------------------- regressions
+# Bugs these tests found in src/ while they were written (by fuzzing mutated library programs);
+# src/ has been fixed since, and the tests keep them fixed.
 
 
 @pytest.mark.parametrize("old, new", [
@@ -368,11 +370,13 @@ def test_bad_programs_raise_runtime_errors_with_positions(old: str, new: str, sh
     ("Copy K (BN, D) at [j, 0] from global to shared Ks", "Copy K (-1, D) at [j, 0] from global to shared Ks"),
 ])
 def test_negative_dimension_is_a_runtime_error(old: str, new: str) -> None:
-    # BUG (src/attnforge/tl/interpreter.py, s_Allocate/load): a negative dimension reaches
-    # np.full / np.zeros and escapes as numpy's ValueError("negative dimensions are not allowed")
+    # REGRESSION (src/attnforge/tl/interpreter.py, s_Allocate/load): a negative dimension reached
+    # np.full / np.zeros and escaped as numpy's ValueError("negative dimensions are not allowed")
     # instead of a TLRuntimeError with the statement's position.
-    with pytest.raises(TLRuntimeError):
+    with pytest.raises(TLRuntimeError) as info:
         run_and_compare(edited("gqa_fwd.tl", old, new), Shape.parse("1,2,1,20,37,16"), params=SMALL)
+    line = next(i for i, text in enumerate(library_text("gqa_fwd.tl").replace(old, new).splitlines(), 1) if new in text)
+    assert info.value.where.line == line
 
 
 @pytest.mark.parametrize("old, new", [
@@ -381,13 +385,34 @@ def test_negative_dimension_is_a_runtime_error(old: str, new: str) -> None:
     ("keep kv_idx < Sk", "keep kv_idx < Sk + k[b, 0]"),
 ])
 def test_partial_tensor_index_is_a_runtime_error(old: str, new: str) -> None:
-    # BUG (src/attnforge/tl/interpreter.py + evaluate.py): `o[b]` indexes the 4-d o with one index
-    # and yields an array slice; the interpreter then fails inside numpy (ValueError: operands could
-    # not be broadcast / TypeError: only length-1 arrays can be converted) instead of raising
-    # TLRuntimeError. The checker accepts these programs (see test_tl_checker.py).
+    # REGRESSION (src/attnforge/tl/interpreter.py + evaluate.py): `o[b]` indexed the 4-d o with one
+    # index and yielded an array slice; the interpreter then failed inside numpy (ValueError:
+    # operands could not be broadcast / TypeError: only length-1 arrays can be converted) instead of
+    # raising TLRuntimeError, and the checker accepted these programs (see test_tl_checker.py).
     try:
         run_and_compare(edited("gqa_fwd.tl", old, new), Shape.parse("1,2,1,20,37,16"), params=SMALL)
     except AttnforgeError as err:
         assert isinstance(err, TLRuntimeError)
+        line = next(i for i, text in enumerate(library_text("gqa_fwd.tl").replace(old, new).splitlines(), 1) if new in text)
+        assert err.where.line == line
     else:
         pytest.fail("a partial index into a tensor ran without error")
+
+
+# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+
+
+@pytest.mark.parametrize("dim", ["0 - 1", "log(0)", "0 / 0", "B / 2"])
+def test_bad_scratch_dimension_is_a_runtime_error(dim: str) -> None:
+    # BUG (src/attnforge/tl/interpreter.py, run_program: `int(evaluate(d, env))` for scratch shapes):
+    # a scratch dimension of -1 escapes as numpy's ValueError("negative dimensions are not
+    # allowed"), log(0) as OverflowError("cannot convert float infinity to integer"), 0 / 0 as
+    # ValueError("cannot convert float NaN to integer"), and B / 2 = 0.5 is silently truncated to 0
+    # (the run then fails later, at an unrelated Allocate). Each should be a TLRuntimeError at the
+    # scratch declaration, as bad Allocate dimensions are.
+    text = library_text("decode_split_kv.tl")
+    program = parse(text.replace("scratch lse_part (B,", f"scratch lse_part ({dim},"))
+    line = 1 + text[: text.index("scratch lse_part (B,")].count("\n")
+    with pytest.raises(TLRuntimeError) as info:
+        run_and_compare(program, Shape.parse("1,2,1,17,33,16"), params={**SMALL, "NSPLIT": 3})
+    assert info.value.where.line == line

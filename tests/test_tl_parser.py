@@ -530,14 +530,12 @@ def test_unexpected_character_text_with_unicode_line_breaks(newline: str) -> Non
     assert err.text == "$", err.message
 
 
-# ---------------------------------------------------------------- bugs in src/ (these tests fail)
-
-
 @pytest.mark.parametrize("newline", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"])
 def test_doc_comment_with_unicode_line_breaks_round_trips(newline: str) -> None:
-    # BUG (src/attnforge/tl/printer.py, print_program): the parser reads the doc comment line by
-    # line at "\n" only (so "# a\x0cb" gives the doc "a\x0cb"), but print_program splits the doc
-    # with str.splitlines(), which also breaks at \r, \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029:
-    # it prints "# a" and "# b", which parse back as the doc "a\nb".
+    # REGRESSION (src/attnforge/tl/printer.py, print_program): the parser reads the doc comment
+    # line by line at "\n" only (so "# a\x0cb" gives the doc "a\x0cb"), but print_program split the
+    # doc with str.splitlines(), which also breaks at \r, \x0b, \x0c, \x1c-\x1e, \x85, \u2028,
+    # \u2029: it printed "# a" and "# b", which parse back as the doc "a\nb". (Found by
+    # test_fuzz_library_mutations.)
     program = parse(f"# a{newline}b\nkernel k\n")
     assert parse(print_program(program)) == program

@@ -13,6 +13,7 @@ layouts and dataflow, TL5xx target limits.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -571,6 +572,7 @@ def check(
     written: set[str] = set()
     for probe_index, probe in enumerate(_PROBE):
         collect.active = probe_index == 0
+        scratch.clear()  # shapes differ between probes
         for kernel in program.kernels:
             env = dict(probe)
             env.update({"D": head_dim, "Dv": head_dim_v} if probe_index == 0 else {"D": head_dim + 24, "Dv": head_dim_v + 8})
@@ -580,13 +582,15 @@ def check(
             # Window sizes are integers (they bound loops); the others are real numbers.
             env.update({name: 37 if name.startswith("window") else 1.0 for name in kernel.scalars})
             tensors = {name: tuple(evaluate(n.Name(d), env) for d in dims) for name, dims in ARG_SHAPES.items()}
+            kc = _KernelCheck(kernel, tgt, env, collect, tensors, probe_index)
             for sc in kernel.scratch:
-                shape = tuple(_safe_int(d, env) for d in sc.shape)
-                if probe_index == 0 and sc.name in scratch and scratch[sc.name] != shape:
+                shape = kc.shape(sc.shape, env, f"dimension of scratch {sc.name}")
+                if shape is None:
+                    shape = tuple(1 for _ in sc.shape)  # reported; keep checking the views of it
+                elif sc.name in scratch and scratch[sc.name] != shape:
                     collect(Finding("TL301", "error", sc.line, sc.col, f"scratch {sc.name} is declared with another shape in an earlier kernel", "declare shared scratch tensors identically in every kernel"))
                 scratch[sc.name] = shape
                 tensors[sc.name] = shape
-            kc = _KernelCheck(kernel, tgt, env, collect, tensors, probe_index)
             kc.run()
             written |= kc.written
             if probe_index == 0:
@@ -599,13 +603,6 @@ def check(
         collect(Finding("TL410", "warning", last.line, last.col, "no kernel writes the log-sum-exp lse", "store it: Compute LogSumExp m_i, l_i and get lse_r; Copy lse_r (BM) at [m] from register to global LSE"))
     findings = sorted(collect.findings.values(), key=lambda f: (f.line, f.col, f.code))
     return CheckResult(findings, open_params, resources, tgt)
-
-
-def _safe_int(e: n.Expr, env: dict) -> int:
-    try:
-        return int(evaluate(e, env))
-    except Exception:  # noqa: BLE001 - a bad scratch dimension is reported where it is used
-        return -1
 
 
 def _resolve_target(program: n.Program, target, report) -> Target | None:
@@ -694,23 +691,11 @@ def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None
     if skip:
         return res
     params = kernel.param_map()
-    # Shared memory: every shared buffer, times the stage count of a pipelined loop that fills it.
-    stages_of: dict[str, int] = {}
-    for loop in (s for s in n.walk(kernel.body) if isinstance(s, n.Loop) and s.stages is not None):
-        try:
-            stages = int(evaluate(loop.stages, env))
-        except Exception:  # noqa: BLE001 - reported by the walk
-            continue
-        for s in n.walk(loop.body):
-            if isinstance(s, n.Copy) and s.dst_level == "shared":
-                stages_of[s.dst] = max(stages_of.get(s.dst, 1), stages)
-    for s in n.walk(kernel.body):
-        if isinstance(s, n.Allocate) and s.level == "shared":
-            info = kc.names.get(s.name)
-            if info is None or not info.shape:
-                continue
-            res.smem_breakdown[s.name] = _bytes(info) * stages_of.get(s.name, 1)
-    res.smem_bytes = sum(res.smem_breakdown.values())
+    breakdown = _smem_breakdown(kernel, env)
+    if breakdown is None:
+        return res  # a dimension or stage count that does not evaluate is reported by the walk
+    res.smem_breakdown = breakdown
+    res.smem_bytes = sum(breakdown.values())
     warps = params.get("warps")
     if warps is not None and warps < 1:
         return res  # reported as TL102
@@ -723,7 +708,7 @@ def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None
         return res
     if res.smem_bytes > tgt.smem_per_block_optin:
         parts = ", ".join(f"{k} {v // 1024} KiB" for k, v in res.smem_breakdown.items())
-        fix = _smem_fix(kernel, res, tgt, stages_of)
+        fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
         report(Finding("TL503", "error", kernel.line, kernel.col,
                        f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
     if res.threads > tgt.max_threads_per_block:
@@ -739,15 +724,74 @@ def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None
     return res
 
 
-def _smem_fix(kernel: n.Kernel, res: KernelResources, tgt: Target, stages_of: dict[str, int]) -> str:
-    limit = tgt.smem_per_block_optin
-    staged = sum(v for k, v in res.smem_breakdown.items() if k in stages_of)
-    unstaged = res.smem_bytes - staged
-    stages = max(stages_of.values(), default=1)
-    for fewer in range(stages - 1, 0, -1):
-        if unstaged + staged * fewer // stages <= limit:
-            return f"lower the pipeline stages from {stages} to {fewer}, or halve BN"
-    return f"halve BN or BM (the tiles need {res.smem_bytes // 1024} KiB, {tgt.name} gives {limit // 1024} KiB)"
+def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
+    """Bytes of each shared buffer, times the stage count of a pipelined loop that fills it."""
+    dtypes = kernel.dtype_map()
+    stages_of: dict[str, int] = {}
+    try:
+        for loop in (s for s in n.walk(kernel.body) if isinstance(s, n.Loop) and s.stages is not None):
+            stages = int(evaluate(loop.stages, env))
+            for s in n.walk(loop.body):
+                if isinstance(s, n.Copy) and s.dst_level == "shared":
+                    stages_of[s.dst] = max(stages_of.get(s.dst, 1), stages)
+        out = {}
+        for s in n.walk(kernel.body):
+            if isinstance(s, n.Allocate) and s.level == "shared":
+                elems = math.prod(int(evaluate(d, env)) for d in s.shape)
+                fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
+                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1)
+        return out
+    except Exception:  # noqa: BLE001 - reported by the walk
+        return None
+
+
+def _smem_fix(kernel: n.Kernel, env: dict, limit: int) -> str:
+    """The smallest change of the parameters the shared buffers depend on that fits ``limit``.
+
+    Tries halving each such parameter (stage counts down to 1, tiles down to 16), preferring
+    fewer changed parameters, then the largest buffers that still fit.
+    """
+    uses: set[str] = set()
+    for s in n.walk(kernel.body):
+        if isinstance(s, n.Allocate) and s.level == "shared":
+            for d in s.shape:
+                uses |= n.expr_names(d)
+        if isinstance(s, n.Loop) and s.stages is not None:
+            uses |= n.expr_names(s.stages)
+    params = {p.name: p.value for p in kernel.params if p.name in uses and p.value}
+    choices = []
+    for name, value in params.items():
+        floor = 1 if name not in _tile_params(kernel) else 16
+        options = [value]
+        while options[-1] // 2 >= floor:
+            options.append(options[-1] // 2)
+        choices.append([(name, v) for v in options])
+    best = None
+    for combo in itertools.product(*choices):
+        trial = {**env, **dict(combo)}
+        sizes = _smem_breakdown(kernel, trial)
+        total = sum(sizes.values()) if sizes is not None else None
+        if total is None or total > limit:
+            continue
+        changed = [(k, v) for k, v in combo if v != params[k]]
+        key = (len(changed), -total)
+        if best is None or key < best[0]:
+            best = (key, changed, total)
+    if best is None:
+        return "no smaller tiles or fewer stages fit: split the head dimension or pick a target with more shared memory"
+    _, changed, total = best
+    edits = " and ".join(f"{k} = {v}" for k, v in changed)
+    return f"e.g. {edits} needs {total // 1024} KiB of the {limit // 1024} KiB"
+
+
+def _tile_params(kernel: n.Kernel) -> set[str]:
+    """Parameters that size tiles (they appear in a shape), as opposed to stage counts."""
+    names: set[str] = set()
+    for s in n.walk(kernel.body):
+        if isinstance(s, n.Allocate):
+            for d in s.shape:
+                names |= n.expr_names(d)
+    return names
 
 
 def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> int:

@@ -88,7 +88,8 @@ _BINARY = {
 def evaluate(e: n.Expr, env: Mapping[str, Value], tensors: Mapping[str, np.ndarray] | None = None, file: str | None = None) -> Value:
     """Value of ``e`` with names from ``env`` and ``name[...]`` read from ``tensors``."""
     try:
-        return _eval(e, env, tensors or {})
+        with np.errstate(all="ignore"):  # inf and nan are values here; callers judge them
+            return _eval(e, env, tensors or {})
     except TLRuntimeError:
         raise
     except (ZeroDivisionError, OverflowError, ValueError, TypeError, IndexError) as err:

@@ -368,12 +368,13 @@ def run_program(
             if not scalars or name not in scalars:
                 raise TLRuntimeError(f"{kernel.name}: runtime scalar {name!r} has no value", where=Position(kernel.line, kernel.col, file), hint=f"pass scalars={{'{name}': ...}}")
             env[name] = scalars[name]
+        runner = _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result, progress)
         for sc in kernel.scratch:
-            shape = tuple(int(evaluate(d, env, file=file)) for d in sc.shape)
+            shape = runner.shape(sc.shape, env)
             if sc.name in tensors:
                 if tensors[sc.name].shape != shape:
                     raise TLRuntimeError(f"scratch {sc.name} declared with shape {shape}, earlier {tensors[sc.name].shape}", where=Position(sc.line, sc.col, file))
             else:
                 tensors[sc.name] = np.full(shape, np.nan)
-        _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result, progress).run()
+        runner.run()
     return result
