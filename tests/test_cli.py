@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from attnforge.cli import library_programs, main, read_tl
+from attnforge.cli import main, read_tl
+from attnforge.tl.catalog import programs as library_programs
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -112,6 +113,13 @@ def test_spec_validate(tmp_path, capsys):
     bad.write_text('{"heads": 32, "kv_heads": 5, "head_dim": 128}')
     code, _, err = run(capsys, "spec", "validate", str(bad))
     assert code == 2 and "kv_heads" in err
+    # Flags override the file, and flags alone describe a spec.
+    code, out, _ = run(capsys, "spec", "validate", str(bad), "--kv-heads", "8", "--json")
+    assert code == 0 and json.loads(out)["kv_heads"] == 8
+    code, out, _ = run(capsys, "spec", "validate", "--heads", "8", "--kv-heads", "1", "--head-dim", "64", "--window=128,0", "--causal")
+    assert code == 0 and "mqa" in out
+    code, _, err = run(capsys, "spec", "validate", "--heads", "8", "--head-dim", "64", "--softcap", "-1")
+    assert code == 2 and "softcap" in err
 
 
 def test_library_lists_and_prints(capsys):

@@ -9,34 +9,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
 
 from .errors import AttnforgeError, Position, TLSyntaxError
+from .spec import add_spec_arguments
 from .targets import format_targets_table, get_target, targets_as_dicts
+from .tl import catalog
 
-LIBRARY = "attnforge.tl.library"
 RUN_DTYPES = ("float64", "fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
 
 
-def library_programs() -> dict[str, str]:
-    """Shipped TL programs: file name -> first doc line."""
-    out = {}
-    for entry in sorted(resources.files(LIBRARY).iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".tl"):
-            doc = " ".join(line.lstrip("# ").strip() for line in entry.read_text().splitlines() if line.startswith("#"))
-            summary = doc.split(":", 1)[1] if ":" in doc else doc
-            out[entry.name] = re.split(r"\.\s+(?=[A-Z])", summary)[0].strip().rstrip(".")
-    return out
-
-
 def read_tl(path: str) -> tuple[str, str]:
-    """The text of a TL file, looked up on disk first and then in the shipped library by name."""
+    """The text of a TL file and the name to report it by: a path on disk, else a shipped program."""
     p = Path(path)
     if p.is_file():
         raw = p.read_bytes()
@@ -46,10 +34,10 @@ def read_tl(path: str) -> tuple[str, str]:
             line = raw.count(b"\n", 0, err.start) + 1
             col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
             raise TLSyntaxError(f"byte 0x{raw[err.start]:02x} is not UTF-8 text", where=Position(line, col, str(p)), hint="TL files are UTF-8 text") from None
-    name = p.name if p.name.endswith(".tl") else p.name + ".tl"
-    if name in library_programs():
-        return resources.files(LIBRARY).joinpath(name).read_text(), name
-    raise AttnforgeError(f"no such TL file: {path}", where="FILE", hint="give a path, or a shipped program: " + ", ".join(library_programs()))
+    shipped = catalog.file_name(p.name)
+    if shipped is None:
+        raise AttnforgeError(f"no such TL file: {path}", where="FILE", hint="give a path, or a shipped program: " + ", ".join(catalog.programs()))
+    return catalog.source(shipped), shipped
 
 
 def _head_dims(text: str | None) -> tuple[int, int | None]:
@@ -172,19 +160,23 @@ def cmd_tl_library(ns: argparse.Namespace, console: Console) -> int:
         text, _ = read_tl(ns.name)
         print(text, end="")
         return 0
-    for file, doc in library_programs().items():
+    for file, doc in catalog.programs().items():
         console.print(f"{file:<28}{doc}", markup=False, highlight=False)
     return 0
 
 
 def cmd_spec_validate(ns: argparse.Namespace, console: Console) -> int:
-    from .spec import AttentionSpec
+    from .spec import spec_from_args
 
-    spec = AttentionSpec.from_file(ns.file)
+    if ns.file is not None:
+        if ns.spec is not None:
+            raise AttnforgeError("give the spec file once: as FILE or as --spec", where="FILE")
+        ns.spec = ns.file
+    spec = spec_from_args(ns)
     if ns.json:
         print(json.dumps(spec.to_dict(), indent=2))
     else:
-        console.print(f"{ns.file}: valid: {spec.describe()}", style="green", highlight=False)
+        console.print(f"{ns.spec or 'flags'}: valid: {spec.describe()}", style="green", highlight=False)
     return 0
 
 
@@ -247,9 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     spec = sub.add_parser("spec", help="validate an attention spec file", description="Work with AttentionSpec files (.toml or .json).")
     spec_sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
-    p = spec_sub.add_parser("validate", help="check a spec file and print what it describes", description="Load a .toml or .json spec, check every field, print a one-line description; exit 2 with the field's error when invalid.")
-    p.add_argument("file", metavar="FILE")
+    p = spec_sub.add_parser("validate", formatter_class=fmt, help="check a spec (file and/or flags) and print what it describes",
+                            description="Load a .toml or .json spec and/or spec flags, check every field, print a one-line\n"
+                                        "description; exit 2 naming the field, its value and what is allowed when invalid.",
+                            epilog="examples:\n  attnforge spec validate examples/gqa_causal.toml\n"
+                                   "  attnforge spec validate --heads 32 --kv-heads 8 --head-dim 128 --causal --window=1024,0\n"
+                                   "  attnforge spec validate examples/gqa_causal.toml --dtype fp16 --json")
+    p.add_argument("file", metavar="FILE", nargs="?", help="spec file (.toml or .json); flags override its fields")
     p.add_argument("--json", action="store_true", help="print the normalised spec as JSON")
+    add_spec_arguments(p)
     p.set_defaults(func=cmd_spec_validate)
     return parser
 
