@@ -136,3 +136,9 @@ def test_help_never_crashes(capsys, argv):
     assert exc.value.code in (0, 2)
     out, err = capsys.readouterr()
     assert "usage:" in out + err
+
+
+def test_integer_scalars_bound_window_loops(capsys):
+    code, out, _ = run(capsys, "tl", "run", "sliding_window_fwd.tl", "--scalar", "window_left=5", "--scalar", "window_right=0",
+                       "--shape", "1,2,1,40,50,16", "--param", "BM=16", "--param", "BN=16")
+    assert code == 0 and "PASS" in out

@@ -338,3 +338,11 @@ def test_bad_scratch_dimension_is_reported(dim: str) -> None:
     line = 1 + text[: text.index("scratch lse_part (B,")].count("\n")
     result = check(program, "h100")
     assert any(f.line == line for f in result.errors), [str(f) for f in result.findings]
+
+
+def test_copy_into_an_allocated_running_max_keeps_its_initial_value() -> None:
+    # A Copy that refills an allocated state vector must not make TL411 think it starts at 0.
+    text = library_text("gqa_fwd.tl").replace(
+        "Allocate m_i in register (BM) : acc = -inf\n",
+        "Allocate m_i in register (BM) : acc = -inf\nAllocate m_s in shared (BM) : acc\nCopy m_s from shared to register m_i\n")
+    assert "TL411" not in codes(check(parse(text), "h100"))

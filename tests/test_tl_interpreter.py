@@ -416,3 +416,9 @@ def test_bad_scratch_dimension_is_a_runtime_error(dim: str) -> None:
     with pytest.raises(TLRuntimeError) as info:
         run_and_compare(program, Shape.parse("1,2,1,17,33,16"), params={**SMALL, "NSPLIT": 3})
     assert info.value.where.line == line
+
+
+def test_unknown_scratch_dtype_is_a_runtime_error() -> None:
+    prog = edited("decode_split_kv.tl", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : fp12", count=2)
+    with pytest.raises(TLRuntimeError, match="fp12"):
+        run_and_compare(prog, Shape.parse("1,2,1,3,40,16"), dtype="bf16")

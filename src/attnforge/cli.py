@@ -49,6 +49,12 @@ def _head_dims(text: str | None) -> tuple[int, int | None]:
     return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
+def _number(text: str) -> int | float:
+    """An integer when written as one (window sizes bound loops), else a real number."""
+    text = text.strip()
+    return int(text) if text.lstrip("+-").isdigit() else float(text)
+
+
 def _assignments(items: Sequence[str], flag: str, cast) -> dict:
     out = {}
     for item in items or ():
@@ -116,7 +122,7 @@ def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
     text, name = read_tl(ns.file)
     program = parse(text, file=name)
     shapes = [Shape.parse(s) for s in (ns.shape or ["2,8,2,113,203,64"])]
-    scalars = _assignments(ns.scalar, "--scalar", float)
+    scalars = _assignments(ns.scalar, "--scalar", _number)
     params = _assignments(ns.param, "--param", int)
     dtype = None if ns.dtype == "float64" else ns.dtype
     if ns.target:

@@ -278,7 +278,8 @@ class _KernelCheck:
         dtype = dst.dtype if dst is not None else src.dtype
         node = dst.node if dst is not None else s
         self.names[s.dst] = _Info(s.dst_level, new_shape or (), new_dims, dtype, node, rows=rows, cols=cols,
-                                  from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online)
+                                  from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online,
+                                  init=dst.init if dst is not None else None)
         self.report.defs(self.k, s, s.dst, self.names[s.dst], loop)
 
     def c_Gemm(self, s: n.Gemm, env: dict, loop) -> None:
@@ -618,7 +619,7 @@ def _resolve_target(program: n.Program, target, report) -> Target | None:
         except TargetError as err:
             report(Finding("TL107", "error", kernel.line, kernel.col, f"unknown target {kernel.target!r} in the header of {kernel.name}", err.hint or "use a name from 'attnforge targets'"))
     if len({t.cc for _, t in declared}) > 1:
-        kernel = declared[1][0]
+        kernel = next(k for k, t in declared if t.cc != declared[0][1].cc)
         report(Finding("TL103", "warning", kernel.line, kernel.col, f"the kernels of this program declare different targets ({', '.join(k.target for k, _ in declared)})", "one program is compiled for one GPU"))
     if target is None and declared:
         return declared[0][1]

@@ -356,7 +356,11 @@ def run_program(
         dtypes = kernel.dtype_map()
         tensor_dtypes.update({name: dtypes.get("qkv", "fp32") for name in ("q", "k", "v")})
         tensor_dtypes["o"] = dtypes.get("out", "fp32")
-        tensor_dtypes.update({sc.name: dtypes.get(sc.dtype, sc.dtype) for sc in kernel.scratch})
+        for sc in kernel.scratch:
+            fmt = dtypes.get(sc.dtype, sc.dtype)
+            if fmt not in FORMATS:
+                raise TLRuntimeError(f"scratch {sc.name} has unknown data type {sc.dtype!r}", where=Position(sc.line, sc.col, file), hint="formats: fp16, bf16, fp32, fp8e4m3, fp8e5m2")
+            tensor_dtypes[sc.name] = fmt
         env: dict = {name: int(sizes[name]) for name in SIZE_NAMES if name in sizes}
         values = kernel.param_map()
         values.update(params or {})
