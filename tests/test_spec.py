@@ -185,7 +185,10 @@ def test_auto_alibi_non_power_of_two() -> None:
 valid_specs = st.builds(
     lambda kv, group, sq, sk, d, dv, dtype, scale, causal, align, wl, wr, alibi, softcap, mods, tf32: AttentionSpec(
         batch=2, heads=kv * group, kv_heads=kv, seqlen_q=sq, seqlen_k=sk, head_dim=d, head_dim_v=dv, dtype=dtype,
-        scale=scale, causal=causal, causal_align=align, window_left=wl, window_right=(0 if causal and wr else wr),
+        scale=scale, causal=causal,
+        # A window with a top-left causal mask is only valid when Sq == Sk (windows use the bottom-right diagonal).
+        causal_align=align if (wl is None and wr is None) or sk in (None, sq) else "bottom_right",
+        window_left=wl, window_right=(0 if causal and wr else wr),
         alibi_slopes=alibi, softcap=softcap, score_mod=mods[0], mask_mod=mods[1], allow_tf32=tf32 and dtype == "fp32"),
     st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 3, 4]), st.integers(1, 8192), st.none() | st.integers(1, 8192),
     st.integers(16, 512), st.none() | st.integers(16, 512), st.sampled_from(["fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2"]),
@@ -298,3 +301,10 @@ def test_deeply_nested_mod_is_spec_error() -> None:
             AttentionSpec(**BASE, score_mod=text)
         except SpecError as err:
             assert err.field == "score_mod"
+
+
+def test_top_left_causal_with_a_window_needs_equal_lengths() -> None:
+    with pytest.raises(SpecError) as err:
+        AttentionSpec(heads=2, head_dim=16, seqlen_q=8, seqlen_k=32, causal=True, causal_align="top_left", window_left=8)
+    assert err.value.field == "causal_align"
+    AttentionSpec(heads=2, head_dim=16, seqlen_q=32, seqlen_k=32, causal=True, causal_align="top_left", window_left=8)

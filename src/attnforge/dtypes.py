@@ -18,6 +18,7 @@ class FloatFormat:
     mantissa_bits: int  # explicit fraction bits
     min_normal_exp: int  # exponent of the smallest normal number
     max_finite: float
+    has_inf: bool = True  # fp8e4m3 has none: conversions saturate to max_finite (NVIDIA's satfinite)
 
     @property
     def bytes(self) -> int:
@@ -35,15 +36,17 @@ FORMATS: dict[str, FloatFormat] = {
     "tf32": FloatFormat("tf32", 32, 10, -126, float(np.finfo(np.float32).max)),
     "fp16": FloatFormat("fp16", 16, 10, -14, 65504.0),
     "bf16": FloatFormat("bf16", 16, 7, -126, float.fromhex("0x1.fep127")),
-    "fp8e4m3": FloatFormat("fp8e4m3", 8, 3, -6, 448.0),
+    "fp8e4m3": FloatFormat("fp8e4m3", 8, 3, -6, 448.0, has_inf=False),
     "fp8e5m2": FloatFormat("fp8e5m2", 8, 2, -14, 57344.0),
 }
 
+# Formats tensors are stored in (AttentionSpec.dtype); TL also names tf32 as a GEMM operand format.
 STORAGE_DTYPES = ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2")
+TL_DTYPES = STORAGE_DTYPES[:3] + ("tf32",) + STORAGE_DTYPES[3:]
 
 
 def round_to(x: np.ndarray | float, dtype: str) -> np.ndarray:
-    """``x`` (float64) rounded to the nearest value of ``dtype``, ties to even; overflow gives inf."""
+    """``x`` (float64) rounded to the nearest value of ``dtype``, ties to even; overflow gives inf (or saturates)."""
     fmt = FORMATS[dtype]
     a = np.asarray(x, dtype=np.float64)
     if fmt.name == "fp64":
@@ -53,7 +56,8 @@ def round_to(x: np.ndarray | float, dtype: str) -> np.ndarray:
         exp = np.maximum(e - 1, fmt.min_normal_exp)
         spacing = np.ldexp(1.0, exp - fmt.mantissa_bits)
         out = np.round(a / spacing) * spacing
-        # Values past the largest finite one (after rounding) overflow to infinity.
-        out = np.where(np.abs(out) > fmt.max_finite, np.copysign(np.inf, a), out)
+        # Values past the largest finite one (after rounding) overflow to infinity, or saturate.
+        big = np.copysign(np.inf if fmt.has_inf else fmt.max_finite, a)
+        out = np.where(np.abs(out) > fmt.max_finite, big, out)
         out = np.where(np.isfinite(a), out, a)
     return out

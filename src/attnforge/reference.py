@@ -35,6 +35,8 @@ def attention_reference(
     mask_mod: MaskFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Attention in float64: returns (O (B, Hq, Sq, Dv), LSE (B, Hq, Sq)) with the natural log."""
+    if causal_align not in ("bottom_right", "top_left"):
+        raise ValueError(f"causal_align {causal_align!r} is neither 'bottom_right' nor 'top_left'")
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, Hq, Sq, D = q.shape
     _, Hkv, Sk, _ = k.shape
@@ -80,6 +82,26 @@ def attention_reference(
         o = np.where(empty, 0.0, np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(empty, 1.0, row_sum))
         lse = np.where(empty, -np.inf, safe_max + np.log(np.where(empty, 1.0, row_sum)))[..., 0]
     return o, lse
+
+
+def lse_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """max |out - ref| / (1 + |ref|) over the log-sum-exp: an absolute error in nats where it is
+    small, relative where it is large; -inf (fully masked rows) must match exactly, NaN fails.
+
+    A norm-wise relative error would let one row with large logits hide an offset in all others.
+    """
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"shape {out.shape} differs from the reference's {ref.shape}")
+    finite = np.isfinite(ref)
+    if np.isnan(out).any() or not np.array_equal(out[~finite], ref[~finite]):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        err = np.abs(out[finite] - ref[finite]) / (1.0 + np.abs(ref[finite]))
+    return float(np.max(err)) if np.isfinite(err).all() else float("inf")
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:

@@ -18,13 +18,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from .dtypes import STORAGE_DTYPES
 from .errors import AttnforgeError, SpecError
 from .tl import nodes as n
 from .tl.parser import FUNCTIONS, parse_expr
 
 # ---------------------------------------------------------------- constants
 
-DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2")
+DTYPES: tuple[str, ...] = STORAGE_DTYPES
 DTYPE_ALIASES: dict[str, str] = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "torch.half": "fp16", "f16": "fp16",
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
@@ -247,7 +248,8 @@ class AttentionSpec:
         put("heads", heads)
         kv_heads = heads if self.kv_heads is None else _check_int("kv_heads", self.kv_heads, 1)
         if heads % kv_heads:
-            divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+            small = [d for d in range(1, min(heads, 4096) + 1) if heads % d == 0][:16]
+            divisors = ", ".join(map(str, small)) + (", ..." if len(small) == 16 or heads > 4096 else "")
             raise SpecError("kv_heads", kv_heads, f"a divisor of heads={heads}: {divisors}",
                             hint="kv_heads must divide heads, e.g. 8 for 32")
         put("kv_heads", kv_heads)
@@ -282,6 +284,12 @@ class AttentionSpec:
                 negative = isinstance(value, int) and not isinstance(value, bool) and value < 0
                 put(side, _check_int(side, value, 0, allowed="None (unbounded) or an integer >= 0",
                                      hint="use None (not -1) for an unbounded side" if negative else None))
+        windowed = self.window_left is not None or self.window_right is not None
+        if causal and windowed and self.causal_align == "top_left" and self.seqlen_q != self.seqlen_k:
+            # The window is measured from the bottom-right diagonal; with a top-left causal mask and
+            # Sq != Sk the two diagonals differ and the result is rarely what was meant.
+            raise SpecError("causal_align", "top_left", "bottom_right when a window is set and seqlen_q != seqlen_k",
+                            hint="windows are measured from the bottom-right diagonal i + seqlen_k - seqlen_q; use causal_align = bottom_right")
         if causal and self.window_right not in (None, 0):
             raise SpecError("window_right", self.window_right, "None or 0 when causal=True",
                             hint="a causal query sees no key right of its diagonal; drop window_right or set causal=false")
@@ -424,11 +432,15 @@ def load_spec_dict(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError("file", str(path), "a table/object of spec fields", hint=f"the file holds a {type(data).__name__}")
     if isinstance(data.get("spec"), dict):
-        names = {f.name for f in fields(AttentionSpec)}
-        stray = sorted(k for k in data if k in names)
+        # Metadata (a title, other tables) may sit beside [spec]; a spec field, or a near miss of
+        # one (a typo), in the wrong place would otherwise be dropped without a word.
+        names = [f.name for f in fields(AttentionSpec)]
+        stray = sorted(k for k in data if k != "spec" and (k in names or difflib.get_close_matches(k, names, n=1, cutoff=0.8)))
         if stray:
+            near = difflib.get_close_matches(stray[0], names, n=1, cutoff=0.8)
+            what = f"{stray[0]!r} looks like the spec field {near[0]!r}" if near and near[0] != stray[0] else f"{stray[0]!r} is a spec field"
             raise SpecError(stray[0], data[stray[0]], "spec fields under [spec] only, when a [spec] table exists",
-                            hint=f"move {', '.join(stray)} under [spec] (TOML keys after [spec] belong to it)")
+                            hint=f"{what}: move it under [spec] (TOML keys after [spec] belong to it)")
         return dict(data["spec"])
     return data
 

@@ -17,7 +17,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from ..dtypes import FORMATS
+from ..dtypes import FORMATS, TL_DTYPES
 from ..errors import TargetError
 from ..targets import Target, get_target
 from . import nodes as n
@@ -37,7 +37,7 @@ KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_l
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
 # What the spec's modifiers may read (the same names AttentionSpec allows).
 MOD_NAMES = {"score_mod": ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv"), "mask_mod": ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")}
-TL_DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp8e4m3", "fp8e5m2")
+
 REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
 _PROBE = ({"B": 3, "Hq": 12, "Hkv": 4, "Sq": 1000, "Sk": 1500}, {"B": 5, "Hq": 10, "Hkv": 5, "Sq": 777, "Sk": 333})

@@ -121,6 +121,11 @@ def _eval(e: n.Expr, env, tensors) -> Value:
         rank = getattr(tensors[e.name], "ndim", len(idx))
         if len(idx) != rank:
             raise TLRuntimeError(f"{e.name} has {rank} dimensions; {e.name}[...] gives {len(idx)} index(es)", where=Position(e.line, e.col), hint="an expression reads one element: give one index per dimension")
+        shape = getattr(tensors[e.name], "shape", None)
+        if shape is not None:
+            for i, dim in zip(idx, shape):
+                if np.any(np.asarray(i) < 0) or np.any(np.asarray(i) >= dim):
+                    raise TLRuntimeError(f"{e.name}[...] index {i} is outside 0..{dim - 1}", where=Position(e.line, e.col), hint="indices count from 0 and never wrap")
         return tensors[e.name][idx]
     raise TypeError(f"not an expression: {e!r}")
 

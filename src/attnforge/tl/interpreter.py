@@ -12,7 +12,8 @@ modifiers read them as ``q_idx`` (rows) and ``kv_idx`` (columns).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+import math
 from typing import Callable, Mapping
 
 import numpy as np
@@ -43,7 +44,6 @@ class RunResult:
     tensors: dict[str, np.ndarray]
     programs: int = 0
     loop_trips: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 class _Kernel:
@@ -96,12 +96,19 @@ class _Kernel:
 
     # -- grid
     def run(self) -> None:
-        points = list(self._grid(0, dict(self.env)))
-        for i, point in enumerate(points):
+        total = self._grid_size()
+        for i, point in enumerate(self._grid(0, dict(self.env))):
             self.result.programs += 1
             self.block(self.k.body, point, {})
             if self.progress is not None:
-                self.progress(self.k.name, i + 1, len(points))
+                self.progress(self.k.name, i + 1, total)
+
+    def _grid_size(self) -> int | None:
+        """Number of program instances, when no extent depends on another axis."""
+        try:
+            return math.prod(self.ev_int(a.extent, self.env, "a grid extent") for a in self.k.grid)
+        except TLRuntimeError:
+            return None
 
     def _grid(self, axis: int, env: dict):
         """Every grid point in row-major order; an extent may read the axes before it."""
@@ -114,7 +121,12 @@ class _Kernel:
 
     def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> None:
         for stmt in body:
-            getattr(self, "s_" + type(stmt).__name__)(stmt, env, local)
+            try:
+                with np.errstate(all="ignore"):  # inf and nan are values here; the comparison judges them
+                    getattr(self, "s_" + type(stmt).__name__)(stmt, env, local)
+            except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as err:
+                # Shapes the checker would have rejected (tl check) surface here as numpy errors.
+                self.fail(stmt, f"cannot execute this statement: {type(err).__name__}: {err}"[:400], "run 'attnforge tl check' on the program")
 
     # -- statements
     def s_Allocate(self, s: n.Allocate, env: dict, local: dict[str, Tile]) -> None:
@@ -252,7 +264,7 @@ class _Kernel:
         dtype = self.dtype(s.dtype, s)
         local[s.out or s.src] = replace(src, data=self.round(src.data, dtype), dtype=dtype)
 
-    def _index_env(self, tile: Tile, env: dict, node: n.Node) -> dict:
+    def _index_env(self, tile: Tile, env: dict) -> dict:
         scoped = dict(env)
         if tile.rows is not None:
             scoped["q_idx"] = tile.rows[:, None] if tile.data.ndim == 2 else tile.rows
@@ -262,14 +274,14 @@ class _Kernel:
 
     def s_ScoreMod(self, s: n.ScoreMod, env: dict, local: dict[str, Tile]) -> None:
         t = self.tile_of(s.target, s, local)
-        scoped = self._index_env(t, env, s)
+        scoped = self._index_env(t, env)
         scoped["score"] = t.data
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             t.data = self.round(np.broadcast_to(np.asarray(self.ev(s.expr, scoped), dtype=np.float64), t.data.shape).copy(), t.dtype)
 
     def s_Mask(self, s: n.Mask, env: dict, local: dict[str, Tile]) -> None:
         t = self.tile_of(s.target, s, local)
-        keep = np.broadcast_to(np.asarray(self.ev(s.keep, self._index_env(t, env, s)), dtype=bool), t.data.shape)
+        keep = np.broadcast_to(np.asarray(self.ev(s.keep, self._index_env(t, env)), dtype=bool), t.data.shape)
         t.data = np.where(keep, t.data, -np.inf)
 
     def s_Softmax(self, s: n.Softmax, env: dict, local: dict[str, Tile]) -> None:
@@ -354,6 +366,9 @@ def run_program(
     tensor_dtypes: dict[str, str] = {"lse": "fp32", "alibi_slopes": "fp32"}
     for kernel in program.kernels:
         dtypes = kernel.dtype_map()
+        for alias, fmt in dtypes.items():
+            if fmt not in FORMATS:
+                raise TLRuntimeError(f"{kernel.name}: dtype {alias} = {fmt} is not a format", where=Position(kernel.line, kernel.col, file), hint="formats: " + ", ".join(FORMATS))
         tensor_dtypes.update({name: dtypes.get("qkv", "fp32") for name in ("q", "k", "v")})
         tensor_dtypes["o"] = dtypes.get("out", "fp32")
         for sc in kernel.scratch:
