@@ -129,13 +129,47 @@ def test_library_lists_and_prints(capsys):
     assert out.startswith("# gqa_causal_fwd.tl")
 
 
-@pytest.mark.parametrize("argv", [[], ["tl"], ["spec"], ["tl", "check"], ["tl", "run", "--help"], ["--help"]])
+@pytest.mark.parametrize("argv", [["tl", "check"], ["tl", "run", "--help"], ["--help"], ["spec", "validate", "--help"]])
 def test_help_never_crashes(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code in (0, 2)
     out, err = capsys.readouterr()
     assert "usage:" in out + err
+
+
+@pytest.mark.parametrize("argv", [[], ["tl"], ["spec"]])
+def test_a_missing_command_prints_that_levels_help_and_exits_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "usage: attnforge" in err
+
+
+def test_run_checks_the_program_it_runs(capsys):
+    # --dtype and --param change the program; the check before the run must see them.
+    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--target", "a100", "--dtype", "fp8e4m3", "--shape", "1,2,1,40,50,64")
+    assert code == 1 and "TL501" in out and "not run" in out
+    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--target", "t4", "--dtype", "fp16", "--param", "stages=1", "--shape", "1,2,1,40,50,64")
+    assert code == 0 and "verified" in out
+    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--param", "BM=100", "--shape", "1,2,1,40,50,64")
+    assert code == 1 and "TL505" in out
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["tl", "run", "gqa_fwd", "--param", "bm=16"], "'bm' is not declared"),
+    (["tl", "run", "gqa_fwd", "--scalar", "softcap=3"], "'softcap' is not declared"),
+    (["tl", "check", "gqa_fwd", "--target", ""], "unknown target ''"),
+    (["tl", "library", "/etc/passwd"], "no shipped TL program"),
+])
+def test_typos_and_wrong_names_are_errors(capsys, argv, field):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and field in err
+
+
+def test_default_shapes_cover_several_query_blocks(capsys):
+    code, out, _ = run(capsys, "tl", "run", "gqa_causal_fwd")
+    assert code == 0
+    sq = [int(x) for x in re.findall(r"Sq=(\d+)", out)]
+    assert max(sq) > 2 * 128 and 1 in sq
 
 
 def test_integer_scalars_bound_window_loops(capsys):

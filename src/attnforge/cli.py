@@ -49,6 +49,12 @@ def _head_dims(text: str | None) -> tuple[int, int | None]:
     return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
+def _seed(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
 def _number(text: str) -> int | float:
     """An integer when written as one (window sizes bound loops), else a real number."""
     text = text.strip()
@@ -86,7 +92,7 @@ def cmd_tl_check(ns: argparse.Namespace, console: Console) -> int:
     text, name = read_tl(ns.file)
     program = parse(text, file=name)
     d, dv = _head_dims(ns.head_dim)
-    target = get_target(ns.target) if ns.target else None
+    target = get_target(ns.target) if ns.target is not None else None
     result = check(program, target, head_dim=d, head_dim_v=dv, sketch=ns.sketch, file=name)
     if ns.json:
         print(json.dumps({
@@ -116,26 +122,28 @@ def cmd_tl_check(ns: argparse.Namespace, console: Console) -> int:
 
 def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
     from .tl.checker import check
-    from .tl.harness import Shape, run_and_compare
+    from .tl.harness import Shape, default_shapes, run_and_compare, specialize
     from .tl.parser import parse
 
     text, name = read_tl(ns.file)
-    program = parse(text, file=name)
-    shapes = [Shape.parse(s) for s in (ns.shape or ["2,8,2,113,203,64"])]
-    scalars = _assignments(ns.scalar, "--scalar", _number)
-    params = _assignments(ns.param, "--param", int)
     dtype = None if ns.dtype == "float64" else ns.dtype
-    if ns.target:
-        result = check(program, get_target(ns.target), head_dim=shapes[0].D, head_dim_v=shapes[0].Dv, file=name)
-        for f in result.errors:
-            console.print(f.render(name), style="red", markup=False, highlight=False)
-        if not result.ok:
-            console.print(f"{name}: the checker rejects it for {ns.target}; not run", style="bold red")
-            return 1
+    params = _assignments(ns.param, "--param", int)
+    scalars = _assignments(ns.scalar, "--scalar", _number)
+    # Check exactly the program that will run: --dtype and --param applied.
+    program = specialize(parse(text, file=name), dtype=dtype, params=params)
+    shapes = [Shape.parse(s) for s in ns.shape] if ns.shape else default_shapes(program)
+    target = get_target(ns.target) if ns.target is not None else None
+    result = check(program, target, head_dim=shapes[0].D, head_dim_v=shapes[0].Dv, file=name)
+    for f in result.errors:
+        console.print(f.render(name), style="red", markup=False, highlight=False)
+    if not result.ok:
+        where = f"{result.target.name}" if result.target else "any target"
+        console.print(f"{name}: the checker rejects it for {where}; not run", style="bold red", highlight=False)
+        return 1
     failed = 0
     for shape in shapes:
         with _progress(console, str(shape)) as step:
-            report = run_and_compare(program, shape, dtype=dtype, seed=ns.seed, scalars=scalars, params=params, file=name, progress=step)
+            report = run_and_compare(program, shape, dtype=dtype, seed=ns.seed, scalars=scalars, file=name, progress=step)
         failed += not report.passed
         console.print(report.line(), style="green" if report.passed else "bold red", markup=False, highlight=False)
     verdict = "verified" if not failed else f"{failed} of {len(shapes)} shape(s) FAILED"
@@ -163,8 +171,7 @@ def _progress(console: Console, what: str):
 
 def cmd_tl_library(ns: argparse.Namespace, console: Console) -> int:
     if ns.name:
-        text, _ = read_tl(ns.name)
-        print(text, end="")
+        print(catalog.source(ns.name), end="")
         return 0
     for file, doc in catalog.programs().items():
         console.print(f"{file:<28}{doc}", markup=False, highlight=False)
@@ -200,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  attnforge targets\n"
                "  attnforge tl library\n"
                "  attnforge tl check gqa_causal_fwd.tl --target h100\n"
-               "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,113,203,128 --dtype bf16\n"
+               "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,300,437,128 --dtype bf16\n"
                "  attnforge spec validate myspec.toml",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -231,12 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
                                       "line claims. Exit 1 when any shape fails.",
                           epilog="tolerances (relative L2 error): float64 1e-10, fp32 1e-4, fp16 5e-3, bf16 2e-2, fp8 1.5e-1/3e-1")
     p.add_argument("file", metavar="FILE", help="TL file, or a shipped program's name")
-    p.add_argument("--shape", action="append", metavar="B,HQ,HKV,SQ,SK,D[,DV]", help="problem shape; repeat for several (default 2,8,2,113,203,64)")
+    p.add_argument("--shape", action="append", metavar="B,HQ,HKV,SQ,SK,D[,DV]",
+                   help="problem shape; repeat for several (default: three shapes sized from the program's BM/BN/NSPLIT so that "
+                        "several query blocks, ragged K/V tails, Sq > Sk and a decode step are all exercised)")
     p.add_argument("--dtype", choices=RUN_DTYPES, default="float64", help="float64 runs exactly; a format rounds inputs, casts and stores to it (default float64)")
-    p.add_argument("--target", help="check the program for this target first and refuse to run it when the checker finds errors")
+    p.add_argument("--target", help="target to check the program for before running it (default: its 'target' line); a program the checker rejects is not run")
     p.add_argument("--param", action="append", metavar="NAME=INT", help="override a header parameter, e.g. --param BM=16 (repeatable)")
     p.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="runtime scalar value, e.g. --scalar softcap=30 (defaults: scale=1/sqrt(D), softcap=1.5, window_left=37, window_right=11 or 0 when causal)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for the inputs (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed for the inputs, >= 0 (default 0)")
     p.set_defaults(func=cmd_tl_run)
 
     p = tl_sub.add_parser("library", help="list the shipped TL programs, or print one", description="List the canonical TL programs shipped with attnforge, or print one by name.")
@@ -258,15 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     # Findings are read by tools and LLMs: never wrap a line when the output is not a terminal.
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty(), width=None if sys.stdout.isatty() else 200)
     if not hasattr(ns, "func"):
-        # `attnforge tl` or `attnforge spec` alone: show that level's help.
-        sub = {"tl": "tl", "spec": "spec"}.get(ns.command)
-        parser.parse_args([sub, "--help"] if sub else ["--help"])
+        # `attnforge`, `attnforge tl` or `attnforge spec` alone: show that level's help; a command is missing.
+        level = {name: p for name, p in _subparsers(parser).items()}.get(ns.command, parser)
+        level.print_help(sys.stderr)
         return 2
     try:
         return ns.func(ns, console)

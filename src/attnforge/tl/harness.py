@@ -8,13 +8,13 @@ scalars, with defaults chosen to make each feature bite on small shapes.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
 import numpy as np
 
 from ..dtypes import round_to
-from ..errors import AttnforgeError, TLRuntimeError
+from ..errors import AttnforgeError
 from ..reference import attention_reference, lse_error, relative_error
 from ..spec import alibi_slopes_for
 from . import nodes as n
@@ -158,6 +158,11 @@ def run_and_compare(
     k = make(shape.B, shape.Hkv, shape.Sk, shape.D)
     v = make(shape.B, shape.Hkv, shape.Sk, shape.Dv)
     values = default_scalars(program, shape)
+    declared = {name for k in program.kernels for name in k.scalars}
+    unknown = sorted(set(scalars or {}) - declared)
+    if unknown:
+        raise AttnforgeError(f"scalar {unknown[0]!r} is not declared by the program", where="--scalar",
+                             hint="scalars: " + ", ".join(sorted(declared)) if declared else "the program declares no runtime scalars")
     values.update(scalars or {})
     slopes = np.array(alibi_slopes_for(shape.Hq))
     tensors = {
@@ -165,25 +170,45 @@ def run_and_compare(
         "o": np.full((shape.B, shape.Hq, shape.Sq, shape.Dv), np.nan),
         "lse": np.full((shape.B, shape.Hq, shape.Sq), np.nan),
     }
-    if dtype is not None:
-        program = _with_dtype(program, dtype)
-    result = run_program(program, shape.sizes(), tensors, scalars=values, params=params, exact=dtype is None, file=file, progress=progress)
+    program = specialize(program, dtype=dtype, params=params)
+    result = run_program(program, shape.sizes(), tensors, scalars=values, exact=dtype is None, file=file, progress=progress)
     ref_o, ref_lse = reference_for(program, shape, q, k, v, values, slopes)
     return RunReport(shape, dtype, relative_error(result.tensors["o"], ref_o), lse_error(result.tensors["lse"], ref_lse),
                      TOLERANCE[dtype], LSE_TOLERANCE.get(dtype, LSE_TOLERANCE_ROUNDED), result.programs, result.loop_trips)
 
 
-def _with_dtype(program: n.Program, dtype: str) -> n.Program:
-    """The program with its input and output formats set to ``dtype`` (accumulators stay fp32)."""
-    from dataclasses import replace
+def specialize(program: n.Program, *, dtype: str | None = None, params: Mapping[str, int] | None = None) -> n.Program:
+    """The program with its input/output format set to ``dtype`` (accumulators stay as they are)
+    and header parameters overridden by ``params``; a name no kernel declares is an error."""
+    params = dict(params or {})
+    declared = {p.name for k in program.kernels for p in k.params}
+    unknown = sorted(set(params) - declared)
+    if unknown:
+        raise AttnforgeError(f"parameter {unknown[0]!r} is not declared by the program", where="--param",
+                             hint="parameters: " + ", ".join(sorted(declared)) if declared else "the program declares no parameters")
     kernels = []
     for kernel in program.kernels:
         dtypes = dict(kernel.dtypes)
         for alias in ("qkv", "out"):
-            if alias in dtypes:
+            if dtype is not None and alias in dtypes:
                 dtypes[alias] = dtype
-        kernels.append(replace(kernel, dtypes=tuple(dtypes.items())))
+        values = tuple(replace(p, value=params.get(p.name, p.value)) for p in kernel.params)
+        kernels.append(replace(kernel, dtypes=tuple(dtypes.items()), params=values))
     return replace(program, kernels=tuple(kernels))
 
 
-__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "TOLERANCE", "TLRuntimeError"]
+def default_shapes(program: n.Program) -> list[Shape]:
+    """Shapes that make every loop of the program matter: several query blocks and K/V tiles with
+    ragged tails, Sq < Sk and Sq > Sk (fully masked rows under bottom-right causal), a decode step
+    over more K/V tiles than a split-KV program has splits, GQA ratios 4 and 2, and Dv != D."""
+    params = {p.name: p.value for k in program.kernels for p in k.params if p.value}
+    bm, bn = params.get("BM", 64), params.get("BN", 64)
+    splits = params.get("NSPLIT", 1)
+    return [
+        Shape(2, 8, 2, 2 * bm + 13, 3 * bn + 7, 64, 64),
+        Shape(1, 4, 2, 3 * bm + 5, bn + 3, 40, 48),
+        Shape(1, 8, 2, 1, (2 * splits + 1) * bn + 3, 64, 64),
+    ]
+
+
+__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "specialize", "default_shapes", "TOLERANCE"]
