@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from .dtypes import STORAGE_DTYPES
 from .errors import AttnforgeError, SpecError
 from .tl import nodes as n
+from .tl.evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, expr_kind
 from .tl.parser import FUNCTIONS, parse_expr
 
 # ---------------------------------------------------------------- constants
@@ -36,13 +37,8 @@ DTYPE_ALIASES: dict[str, str] = {
 CAUSAL_ALIGNS: tuple[str, ...] = ("bottom_right", "top_left")
 HEAD_DIM_MIN, HEAD_DIM_MAX = 16, 512
 
-# Names the modifier expressions may read: TL's own names, so a modifier drops into TL-Code as is
-# (Sq, Sk: query and key lengths; Hq, Hkv: query and key/value heads).
-SCORE_MOD_NAMES: tuple[str, ...] = ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
-MASK_MOD_NAMES: tuple[str, ...] = ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
-
-_COMPARE_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
-_BOOL_OPS = frozenset({"and", "or"})
+# Modifier expressions read TL's own names, so a modifier drops into TL-Code as it is
+# (Sq, Sk: query and key lengths; Hq, Hkv: query and key/value heads): SCORE_MOD_NAMES, MASK_MOD_NAMES.
 
 
 # ---------------------------------------------------------------- helpers
@@ -106,51 +102,6 @@ def _canonical_dtype(value: object) -> str:
     raise SpecError("dtype", value, allowed, hint=f"did you mean {DTYPE_ALIASES[close[0]]!r}?" if close else None)
 
 
-def _kind(expr: n.Expr, field: str, text: str) -> str:
-    """'bool' or 'num' for an expression; SpecError when operands mix the two or indexing appears."""
-
-    def fail(why: str) -> SpecError:
-        return SpecError(field, text, "a one-line expression", hint=why)
-
-    if isinstance(expr, n.Num):
-        if isinstance(expr.value, float) and not math.isfinite(expr.value):
-            raise fail("a number literal overflows to infinity")
-        return "num"
-    if isinstance(expr, n.Name):
-        return "num"
-    if isinstance(expr, n.Index):
-        raise fail(f"indexing ({expr.name}[...]) is not allowed; the names are scalars")
-    if isinstance(expr, n.Unary):
-        inner = _kind(expr.operand, field, text)
-        if expr.op == "not":
-            if inner != "bool":
-                raise fail("'not' needs a boolean operand, e.g. not (q_idx < kv_idx)")
-            return "bool"
-        if inner != "num":
-            raise fail("'-' needs a number, not a boolean")
-        return "num"
-    if isinstance(expr, n.Binary):
-        left, right = _kind(expr.left, field, text), _kind(expr.right, field, text)
-        if expr.op in _BOOL_OPS:
-            if left != "bool" or right != "bool":
-                raise fail(f"'{expr.op}' joins booleans (comparisons), e.g. q_idx >= kv_idx {expr.op} h < 4")
-            return "bool"
-        if left != "num" or right != "num":
-            raise fail(f"'{expr.op}' needs numbers on both sides, not booleans")
-        return "bool" if expr.op in _COMPARE_OPS else "num"
-    if isinstance(expr, n.Call):
-        kinds = [_kind(a, field, text) for a in expr.args]
-        if expr.func == "where":
-            if kinds[0] != "bool":
-                raise fail("where(cond, a, b) needs a boolean condition first")
-            if kinds[1] != "num" or kinds[2] != "num":
-                raise fail("where(cond, a, b) chooses between numbers")
-        elif any(k != "num" for k in kinds):
-            raise fail(f"{expr.func}() takes numbers, not booleans")
-        return "num"
-    raise fail(f"unsupported expression node {type(expr).__name__}")
-
-
 def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: bool) -> str | None:
     if value is None:
         return None
@@ -164,12 +115,14 @@ def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: boo
     except AttnforgeError as err:
         raise SpecError(field, value, allowed, hint=f"syntax error: {err}") from None
     try:
-        unknown = sorted(n.expr_names(expr) - set(names))
+        unknown = sorted(n.expr_names(expr) - set(names) - {"inf"})
         if unknown:
             guesses = [g for u in unknown for g in difflib.get_close_matches(u, names, n=1)]
             hint = f"unknown name(s) {', '.join(unknown)}; allowed names: {', '.join(names)}"
             raise SpecError(field, value, allowed, hint=hint + (f" (did you mean {', '.join(guesses)}?)" if guesses else ""))
-        kind = _kind(expr, field, value)
+        kind = expr_kind(expr)
+    except KindError as err:
+        raise SpecError(field, value, allowed, hint=str(err)) from None
     except RecursionError:
         raise SpecError(field, value, allowed, hint="expression nested too deeply") from None
     if want_bool and kind != "bool":

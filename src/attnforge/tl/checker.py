@@ -21,7 +21,7 @@ from ..dtypes import FORMATS, TL_DTYPES
 from ..errors import TargetError
 from ..targets import Target, get_target
 from . import nodes as n
-from .evaluate import evaluate, is_boolean
+from .evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, evaluate, expr_kind
 from .printer import expr as show
 
 ARG_SHAPES: dict[str, tuple[str, ...]] = {
@@ -35,8 +35,7 @@ ARG_SHAPES: dict[str, tuple[str, ...]] = {
 INPUTS = ("q", "k", "v", "alibi_slopes")
 KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_left": "keys left of the diagonal", "window_right": "keys right of the diagonal"}
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
-# What the spec's modifiers may read (the same names AttentionSpec allows).
-MOD_NAMES = {"score_mod": ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv"), "mask_mod": ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")}
+MOD_NAMES = {"score_mod": SCORE_MOD_NAMES, "mask_mod": MASK_MOD_NAMES}
 
 REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
@@ -403,7 +402,7 @@ class _KernelCheck:
             keep = self.names[target]
             out.node, out.init = keep.node, keep.init
             if s.op in ("RowMax", "RowSum") or keep.shape != out.shape:
-                self.add("TL306", s, f"Compute {s.op} would change the shape of {target} in place", f"add 'and get NEW_NAME'")
+                self.add("TL306", s, f"Compute {s.op} would change the shape of {target} in place", "add 'and get NEW_NAME'")
                 return
         self.names[target] = out
         self.report.defs(self.k, s, target, out, loop)
@@ -425,16 +424,21 @@ class _KernelCheck:
         if t is None or not self.require_register(t, s.target, s, "ScoreMod"):
             return
         self.names_ok(s.expr, env, ("score",) + self._index_names(t))
-        if is_boolean(s.expr):
-            self.add("TL310", s.expr, "a score modifier must give a number, not a truth value", "to drop keys use 'Compute Mask S keep ...'")
+        self.want_kind(s.expr, "num", "a score modifier must give a number, not a truth value", "to drop keys use 'Compute Mask S keep ...'")
+
+    def want_kind(self, e: n.Expr, want: str, message: str, hint: str) -> None:
+        try:
+            if expr_kind(e) != want:
+                self.add("TL310", e, message, hint)
+        except KindError as err:
+            self.add("TL310", err.node, f"this expression mixes truth values and numbers: {err}", hint)
 
     def c_Mask(self, s: n.Mask, env: dict, loop) -> None:
         t = self.get(s.target, s)
         if t is None or not self.require_register(t, s.target, s, "Mask"):
             return
         self.names_ok(s.keep, env, self._index_names(t))
-        if not is_boolean(s.keep):
-            self.add("TL310", s.keep, "a mask must be a truth value (a comparison, and, or, not)", "e.g. keep kv_idx <= q_idx + Sk - Sq")
+        self.want_kind(s.keep, "bool", "a mask must be a truth value (a comparison, and, or, not)", "e.g. keep kv_idx <= q_idx + Sk - Sq")
 
     def c_Softmax(self, s: n.Softmax, env: dict, loop) -> None:
         t = self.get(s.target, s)
@@ -675,9 +679,14 @@ def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
         unknown = sorted(n.expr_names(f.value) - set(allowed) - {"inf"})
         if unknown:
             report(Finding("TL203", "error", f.line, f.col, f"{f.name} reads {', '.join(unknown)}, which it cannot see", "it may read: " + ", ".join(allowed)))
-        if (f.name == "mask_mod") != is_boolean(f.value):
-            want = "a truth value, e.g. mask_mod = (kv_idx % 2 == 0)" if f.name == "mask_mod" else "a number, e.g. score_mod = (score * 0.5)"
-            report(Finding("TL310", "error", f.line, f.col, f"{f.name} must be {want.split(',')[0]}", want))
+        want = "a truth value, e.g. mask_mod = (kv_idx % 2 == 0)" if f.name == "mask_mod" else "a number, e.g. score_mod = (score * 0.5)"
+        try:
+            wrong = (expr_kind(f.value) == "bool") != (f.name == "mask_mod")
+        except KindError as err:
+            report(Finding("TL310", "error", f.line, f.col, f"{f.name} mixes truth values and numbers: {err}", want))
+        else:
+            if wrong:
+                report(Finding("TL310", "error", f.line, f.col, f"{f.name} must be {want.split(',')[0]}", want))
         return
     if f.value is not None:
         report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'; its numbers are runtime scalars"))

@@ -130,12 +130,50 @@ def _eval(e: n.Expr, env, tensors) -> Value:
     raise TypeError(f"not an expression: {e!r}")
 
 
-def is_boolean(e: n.Expr) -> bool:
-    """Whether an expression's value is a truth value (by its top operator)."""
-    if isinstance(e, n.Binary):
-        return e.op in ("<", "<=", ">", ">=", "==", "!=", "and", "or")
+# Names the spec's modifiers (and a program's ``computes score_mod/mask_mod``) may read.
+SCORE_MOD_NAMES: tuple[str, ...] = ("score", "b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
+MASK_MOD_NAMES: tuple[str, ...] = ("b", "h", "q_idx", "kv_idx", "Sq", "Sk", "Hq", "Hkv")
+
+_COMPARE = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+class KindError(Exception):
+    """An expression mixes truth values and numbers; ``node`` is where, ``str()`` says how."""
+
+    def __init__(self, node: n.Expr, why: str):
+        super().__init__(why)
+        self.node = node
+
+
+def expr_kind(e: n.Expr) -> str:
+    """``"bool"`` or ``"num"``: the kind of an expression's value. Raises KindError where an
+    operator gets the wrong kind (``not`` of a number, ``and`` of numbers, ``-`` of a comparison)."""
+    if isinstance(e, (n.Num, n.Name, n.Index)):
+        return "num"
     if isinstance(e, n.Unary):
-        return e.op == "not"
-    if isinstance(e, n.Call) and e.func == "where":
-        return is_boolean(e.args[1]) and is_boolean(e.args[2])
-    return False
+        inner = expr_kind(e.operand)
+        want = "bool" if e.op == "not" else "num"
+        if inner != want:
+            raise KindError(e, "'not' needs a truth value, e.g. not (q_idx < kv_idx)" if e.op == "not" else "'-' needs a number, not a truth value")
+        return want
+    if isinstance(e, n.Binary):
+        left, right = expr_kind(e.left), expr_kind(e.right)
+        if e.op in ("and", "or"):
+            if left != "bool" or right != "bool":
+                raise KindError(e, f"'{e.op}' joins truth values (comparisons), e.g. q_idx >= kv_idx {e.op} h < 4")
+            return "bool"
+        if left != "num" or right != "num":
+            raise KindError(e, f"'{e.op}' needs numbers on both sides, not truth values")
+        return "bool" if e.op in _COMPARE else "num"
+    if isinstance(e, n.Call):
+        kinds = [expr_kind(a) for a in e.args]
+        if e.func == "where":
+            if kinds[0] != "bool":
+                raise KindError(e, "where(cond, a, b) needs a truth value first")
+            if kinds[1] != kinds[2]:
+                raise KindError(e, "where(cond, a, b) chooses between two numbers or two truth values")
+            return kinds[1]
+        if any(k != "num" for k in kinds):
+            raise KindError(e, f"{e.func}() takes numbers, not truth values")
+        return "num"
+    raise TypeError(f"not an expression: {e!r}")
