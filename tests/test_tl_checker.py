@@ -19,6 +19,7 @@ import pytest
 from attnforge.tl import nodes as n
 from attnforge.tl.checker import CheckResult, Finding, check
 from attnforge.tl.parser import parse
+from attnforge.tl.printer import print_program
 
 LIBRARY_DIR = resources.files("attnforge.tl").joinpath("library")
 LIBRARY = sorted(p.name for p in LIBRARY_DIR.iterdir() if p.name.endswith(".tl"))
@@ -346,3 +347,46 @@ def test_copy_into_an_allocated_running_max_keeps_its_initial_value() -> None:
         "Allocate m_i in register (BM) : acc = -inf\n",
         "Allocate m_i in register (BM) : acc = -inf\nAllocate m_s in shared (BM) : acc\nCopy m_s from shared to register m_i\n")
     assert "TL411" not in codes(check(parse(text), "h100"))
+
+
+# ---------------------------------------------------------------- rules added after review
+
+@pytest.mark.parametrize("name, old, new, code", [
+    # Head mapping that runs past Hkv in the last program instance.
+    ("gqa_fwd.tl", "at k[b, h // (Hq // Hkv)]", "at k[b, h]", "TL301"),
+    # A global -> shared copy cannot convert (cp.async and TMA move bytes).
+    ("gqa_fwd.tl", "Allocate Ks in shared (BN, D) : qkv", "Allocate Ks in shared (BN, D) : fp16", "TL308"),
+    # Nothing accumulates in bf16; fp16 accumulation needs fp16 operands.
+    ("gqa_fwd.tl", "dtype qkv = bf16, acc = fp32", "dtype qkv = bf16, acc = bf16", "TL507"),
+    ("gqa_fwd.tl", "dtype qkv = bf16, acc = fp32", "dtype qkv = bf16, acc = fp16", "TL507"),
+    # P @ V taken with 'get' and added by hand still needs the rescale.
+    ("gqa_fwd.tl", "rescale O_acc and get P", "and get P", "TL409"),
+])
+def test_review_rules(name, old, new, code) -> None:
+    assert code in codes(check(edited(name, old, new), "h100"))
+
+
+def test_get_then_add_without_rescale_is_tl409() -> None:
+    prog = edited("gqa_fwd.tl", "rescale O_acc and get P", "and get P")
+    text = print_program(prog).replace("Compute GEMM P, Vr and accumulate O_acc", "Compute GEMM P, Vr and get PV\n    Compute Add O_acc, PV")
+    assert "TL409" in codes(check(parse(text), "h100"))
+    text = text.replace("Compute Add O_acc, PV", "Compute Add PV, O_acc and get O_acc")
+    assert "TL409" in codes(check(parse(text), "h100"))
+
+
+def test_fp16_accumulation_of_fp16_operands_is_allowed() -> None:
+    assert "TL507" not in codes(check(edited("gqa_fwd.tl", "dtype qkv = bf16, acc = fp32", "dtype qkv = fp16, acc = fp16"), "a100"))
+
+
+def test_a_kernel_reading_what_it_writes_is_a_race() -> None:
+    # Fuse the split-KV combine into the partial kernel: it reads o_part while other instances write it.
+    text = library_text("decode_split_kv.tl")
+    partial, combine = text.split("kernel decode_split_kv_combine")
+    fused = partial.replace("Copy lse_r (BM) at [m] from register to global LSE_s\n",
+                            "Copy lse_r (BM) at [m] from register to global LSE_s\nCopy LSE_s (BM) at [m] from global to register again\n")
+    assert "TL412" in codes(check(parse(fused), "h100"))
+    assert "TL412" not in codes(check(parse(text), "h100"))
+
+
+def test_a_large_negative_running_max_start_is_accepted() -> None:
+    assert "TL411" not in codes(check(edited("gqa_fwd.tl", "Allocate m_i in register (BM) : acc = -inf", "Allocate m_i in register (BM) : acc = -1e30"), "h100"))

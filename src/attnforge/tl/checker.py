@@ -21,18 +21,10 @@ from ..dtypes import FORMATS, TL_DTYPES
 from ..errors import TargetError
 from ..targets import Target, get_target
 from . import nodes as n
+from .args import ARG_SHAPES, INPUTS, arg_format
 from .evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, evaluate, expr_kind
 from .printer import expr as show
 
-ARG_SHAPES: dict[str, tuple[str, ...]] = {
-    "q": ("B", "Hq", "Sq", "D"),
-    "k": ("B", "Hkv", "Sk", "D"),
-    "v": ("B", "Hkv", "Sk", "Dv"),
-    "o": ("B", "Hq", "Sq", "Dv"),
-    "lse": ("B", "Hq", "Sq"),
-    "alibi_slopes": ("Hq",),
-}
-INPUTS = ("q", "k", "v", "alibi_slopes")
 KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_left": "keys left of the diagonal", "window_right": "keys right of the diagonal"}
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
 MOD_NAMES = {"score_mod": SCORE_MOD_NAMES, "mask_mod": MASK_MOD_NAMES}
@@ -114,7 +106,10 @@ class _KernelCheck:
         self.names: dict[str, _Info] = {}
         self.dtypes = kernel.dtype_map()
         self.written: set[str] = set()
+        self.read: set[str] = set()
+        self.read_at: dict[str, n.Node] = {}
         self.scalar_set = set(kernel.scalars)
+        self.scratch_dtypes = {sc.name: self.dtypes.get(sc.dtype, sc.dtype) for sc in kernel.scratch}
 
     # -- helpers
     def add(self, code: str, node: n.Node, message: str, hint: str, severity: str = "error") -> None:
@@ -183,10 +178,15 @@ class _KernelCheck:
         env = dict(self.env)
         if not self.k.grid:
             self.add("TL100", self.k, f"kernel {self.k.name} has no grid", "add e.g. grid b : B, h : Hq, m : cdiv(Sq, BM)")
+        # Probe 0 looks at the first program instance, probe 1 at the last: offsets must fit both.
         for axis in self.k.grid:
             extent = self.value(axis.extent, env, f"grid extent of {axis.name}")
-            env[axis.name] = 0 if extent is None else min(1, extent - 1)
+            env[axis.name] = 0 if extent is None or self.probe == 0 else max(0, extent - 1)
         self.block(self.k.body, env, None)
+        for tensor in sorted((self.read & self.written) - set(INPUTS)):  # writes to inputs are TL408
+            node = self.read_at[tensor]
+            self.add("TL412", node, f"kernel {self.k.name} reads {tensor}, which it also writes; program instances run in no fixed order, so one may read another's unfinished result",
+                     "write in one kernel and read in a later one, as decode_split_kv_combine does")
 
     def block(self, body: tuple[n.Stmt, ...], env: dict, loop: n.Loop | None) -> None:
         for s in body:
@@ -194,14 +194,17 @@ class _KernelCheck:
 
     def c_Loop(self, s: n.Loop, env: dict, loop) -> None:
         start = self.value(s.start, env, "loop start")
-        self.value(s.stop, env, "loop stop")
+        if self.probe == 0:
+            self.value(s.stop, env, "loop stop")
         if s.var in env:
             self.add("TL204", s, f"loop variable {s.var!r} shadows an outer name", "pick another name")
         if s.stages is not None:
             stages = self.value(s.stages, env, "pipeline stages")
             if stages is not None and stages < 1:
                 self.add("TL311", s.stages, f"pipeline stages {stages} must be at least 1", "use 1 (no pipelining) to 4")
-        self.block(s.body, {**env, s.var: start if isinstance(start, int) else 0}, s)
+        stop = self.value(s.stop, env, "loop stop") if self.probe else None
+        last = stop - 1 if isinstance(stop, int) and isinstance(start, int) and stop > start else start
+        self.block(s.body, {**env, s.var: (start if self.probe == 0 else last) if isinstance(start, int) else 0}, s)
 
     def c_Allocate(self, s: n.Allocate, env: dict, loop) -> None:
         if s.name in self.names and self.names[s.name].node is not s:
@@ -213,16 +216,20 @@ class _KernelCheck:
                 self.add("TL202", s, f"{s.tensor!r} is not a tensor argument of this kernel", "tensors: " + ", ".join(sorted(self.tensors)))
                 return
             full = self.tensors[s.tensor]
-            for e in s.offset:
-                self.value(e, env, "offset")
+            for axis, (e, dim) in enumerate(zip(s.offset, full)):
+                i = self.value(e, env, "offset")
+                if isinstance(i, int) and not 0 <= i < dim:
+                    instance = "first" if self.probe == 0 else "last"
+                    self.add("TL301", e, f"offset {show(e)} = {i} is outside dimension {axis} of {s.tensor} (size {dim}) in the {instance} program instance",
+                             "check the head mapping: query head h reads key/value head h // (Hq // Hkv)")
             if len(s.offset) + len(s.shape) != len(full):
                 self.add("TL301", s, f"{s.tensor} has {len(full)} dimensions; the view takes {len(s.offset)} offsets and {len(s.shape)} dimensions", f"write at {s.tensor}[...] with {len(full) - len(s.shape)} indices")
             elif shape is not None and tuple(full[len(s.offset):]) != shape:
                 want = ARG_SHAPES.get(s.tensor)
                 hint = f"the trailing dimensions of {s.tensor} are ({', '.join(want[len(s.offset):])})" if want else f"the trailing dimensions of {s.tensor} are {full[len(s.offset):]}"
                 self.add("TL301", s, f"{s.name} views {s.tensor} with shape ({', '.join(show(d) for d in s.shape)}), which does not match the tensor", hint)
-            dtype = {"q": "qkv", "k": "qkv", "v": "qkv", "o": "out"}.get(s.tensor, "fp32")
-            self.names[s.name] = _Info("global", shape or (), s.shape, self.dtypes.get(dtype, "fp32"), s, tensor=s.tensor)
+            fmt = arg_format(s.tensor, self.dtypes) if s.tensor in ARG_SHAPES else self.scratch_dtypes.get(s.tensor, "fp32")
+            self.names[s.name] = _Info("global", shape or (), s.shape, fmt, s, tensor=s.tensor)
             return
         dtype = self.resolve_dtype(s.dtype, s)
         if s.init is not None:
@@ -261,6 +268,12 @@ class _KernelCheck:
         elif s.tile is not None:
             self.add("TL403", s, "a Copy between shared and register memory moves the whole tile; it takes no tile shape or coordinate", "drop the '(...) at [...]'")
             return
+        if src.dtype != (dst.dtype if dst is not None else src.dtype) and "register" not in (s.src_level, s.dst_level):
+            self.add("TL308", s, f"a {s.src_level} -> {s.dst_level} Copy moves bytes (cp.async, TMA) and cannot convert {src.dtype} to {dst.dtype}",
+                     f"allocate {s.dst} as {src.dtype}, and Cast in registers")
+        if s.src_level == "global":
+            self.read.add(glob.tensor)
+            self.read_at.setdefault(glob.tensor, s)
         if s.dst_level == "global":
             if glob.tensor in INPUTS:
                 self.add("TL408", s, f"the kernel writes its input tensor {glob.tensor}", "store results into o, lse or a scratch tensor")
@@ -320,6 +333,7 @@ class _KernelCheck:
             if acc is None:
                 return
             self.require_register(acc, s.out, s, "GEMM accumulate")
+            self.check_accumulator(s, a.dtype, acc.dtype)
             if acc.shape and acc.shape != (am, bn):
                 self.add("TL304", s, f"cannot accumulate a {_fmt((adims[0], bdims[1]))} product into {s.out} of shape {_fmt(acc.dims)}", f"Allocate {s.out} in register {_fmt((adims[0], bdims[1]))}")
             if a_online is not None and s.out not in a_online.rescale:
@@ -328,8 +342,25 @@ class _KernelCheck:
             self.report.defs(self.k, s, s.out, acc, loop)
             return
         acc_dtype = self.dtypes.get("acc", "fp32")
-        self.names[s.out] = _Info("register", (am, bn), (adims[0], bdims[1]), acc_dtype, s, layout="mma_c", rows=rows, cols=cols)
+        self.check_accumulator(s, a.dtype, acc_dtype)
+        self.names[s.out] = _Info("register", (am, bn), (adims[0], bdims[1]), acc_dtype, s, layout="mma_c", rows=rows, cols=cols,
+                                  online=a_online or b.online)
         self.report.defs(self.k, s, s.out, self.names[s.out], loop)
+
+    def check_accumulator(self, s: n.Gemm, operands: str, acc: str) -> None:
+        """Tensor cores accumulate in fp32 (or fp16 for fp16 operands); nothing accumulates in bf16 or fp8."""
+        if self.target is not None:
+            try:
+                tc = self.target.tensor_core_dtype(operands, allow_tf32=True)
+            except TargetError:
+                tc = None
+            allowed = sorted({d for i in self.target.mma if tc in i.operand_dtypes for d in i.acc_dtypes}) if tc else ["fp32"]
+        else:
+            allowed = ["fp16", "fp32"] if operands == "fp16" else ["fp32"]
+        allowed = [d for d in allowed if d in TL_DTYPES] or ["fp32"]
+        if acc not in allowed:
+            self.add("TL507", s, f"a GEMM of {operands} operands cannot accumulate in {acc}" + (f" on {self.target.name}" if self.target else ""),
+                     f"accumulate in {' or '.join(allowed)}: dtype acc = fp32")
 
     def check_mma(self, s: n.Gemm, dtype: str, m: tuple, nn: tuple, k: tuple) -> None:
         t = self.target
@@ -393,10 +424,11 @@ class _KernelCheck:
             online = next((i.online for _, i in tiles if i.online is not None), None)
             out = _Info("register", first.shape, first.dims, first.dtype, s, layout=first.layout, rows=first.rows, cols=first.cols, online=online)
         target = s.out if s.out is not None else s.args[0].id
-        if s.out is None and s.op == "Add" and target in self.names:
+        if s.op == "Add" and target in self.names:
+            # Adding update-weighted values into a tile that already exists accumulates them.
             src = next((i.online for name, i in tiles if name != target and i.online is not None), None)
             if src is not None and target not in src.rescale:
-                self.add("TL409", s, f"{target} accumulates probabilities from the online softmax at line {src.line} but is not rescaled there", f"add 'rescale {target}' to that OnlineSoftmax")
+                self.add("TL409", s, f"{target} accumulates values weighted by the online softmax at line {src.line} but is not rescaled there", f"add 'rescale {target}' to that OnlineSoftmax")
             out.online = None
         if s.out is None and target in self.names:
             keep = self.names[target]
@@ -463,7 +495,10 @@ class _KernelCheck:
                     start = 0.0 if info.init is None else evaluate(info.init, self.env)
                 except Exception:  # noqa: BLE001 - reported by the Allocate already
                     start = None
-                if start is not None and float(start) != want:
+                if start is None:
+                    continue
+                ok = float(start) <= -1e30 if want == -math.inf else float(start) == want
+                if not ok:
                     self.add("TL411", info.node, f"{name} starts at {show(info.init) if info.init is not None else 0}; the running {'max' if want else 'sum'} must start at {init}", f"write '= {init}'")
         for name in s.rescale:
             acc = self.get(name, s)
