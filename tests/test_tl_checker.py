@@ -390,3 +390,18 @@ def test_a_kernel_reading_what_it_writes_is_a_race() -> None:
 
 def test_a_large_negative_running_max_start_is_accepted() -> None:
     assert "TL411" not in codes(check(edited("gqa_fwd.tl", "Allocate m_i in register (BM) : acc = -inf", "Allocate m_i in register (BM) : acc = -1e30"), "h100"))
+
+
+def test_register_estimate_gives_a_name_reused_in_a_second_loop_its_own_life() -> None:
+    # FlashAttention-2 style: one loop over unmasked tiles, a second over the diagonal tiles,
+    # both naming their scores S and P. The estimate must equal the single-loop kernel's.
+    text = library_text("gqa_causal_fwd.tl")
+    lines = text.split("\n")
+    i0 = next(i for i, l in enumerate(lines) if l.startswith("for j"))
+    i1 = next(i for i, l in enumerate(lines) if l == "end")
+    body = lines[i0 + 1:i1]
+    split = "max(0, min(cdiv(Sk, BN), (m * BM + Sk - Sq + 1) // BN))"
+    two = lines[:i0] + [f"for j = 0 : {split} pipeline stages"] + body + ["end", f"for j = {split} : cdiv(max(0, min(Sk, (m + 1) * BM + Sk - Sq)), BN) pipeline stages"] + body + lines[i1:]
+    one_regs = check(parse(text), "h100").resources[0].regs_per_thread
+    two_regs = check(parse("\n".join(two)), "h100").resources[0].regs_per_thread
+    assert two_regs == one_regs

@@ -866,20 +866,32 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
     size: dict[str, int] = {}
     start: dict[str, int] = {}
     end: dict[str, int] = {}
+    # A name redefined from scratch in another loop (S in an unmasked loop, then S in a diagonal
+    # loop) is a new value with its own life; accumulations and in-place updates continue the old one.
+    versions: dict[str, list[tuple[int, str, object]]] = {}
     events = [e for e in report_events if e[1] == kernel.name]
-    for kind, _, stmt, name, nbytes, _loop in events:
+    for kind, _, stmt, name, nbytes, loop in events:
         i = pos.get(id(stmt))
         if i is None:
             continue
-        key = name if kind == "def" else f"{name}@frag"
+        if kind == "frag":
+            key = f"{name}@frag{i}"
+        else:
+            history = versions.setdefault(name, [])
+            if not history or (_fresh(stmt) and history[-1][2] is not loop):
+                history.append((i, f"{name}#{len(history)}", loop))
+            key = history[-1][1]
         size[key] = max(size.get(key, 0), nbytes)
         start[key] = min(start.get(key, i), i)
         end[key] = max(end.get(key, i), i)
-    # uses: any statement naming the tile extends its life
+    # uses: any statement naming the tile extends the life of the value current there
     for i, s in enumerate(order):
         for name in _stmt_reads(s):
-            if name in start:
-                end[name] = max(end[name], i)
+            history = versions.get(name)
+            if history:
+                current = [key for at, key, _ in history if at <= i]
+                key = current[-1] if current else history[0][1]
+                end[key] = max(end[key], i)
     for key in list(start):
         for lid in set(enclosing.get(end[key], [])):
             a, b = loop_span[lid]
@@ -890,6 +902,15 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
         live = sum(size[k] for k in start if (start[k] <= i < end[k]) or start[k] == i)
         peak = max(peak, live)
     return math.ceil(peak / 4 / threads) + REG_OVERHEAD
+
+
+def _fresh(s: n.Stmt) -> bool:
+    """Whether a statement defines its result from scratch (not by accumulating or in place)."""
+    if isinstance(s, n.Gemm):
+        return not s.accumulate
+    if isinstance(s, (n.Elementwise, n.Cast)):
+        return s.out is not None
+    return isinstance(s, (n.Allocate, n.Copy, n.OnlineSoftmax, n.Normalize, n.LogSumExp))
 
 
 def _stmt_reads(s: n.Stmt) -> set[str]:

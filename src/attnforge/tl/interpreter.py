@@ -21,6 +21,7 @@ import numpy as np
 from ..dtypes import FORMATS, round_to
 from ..errors import Position, TLRuntimeError
 from . import nodes as n
+from .args import ARG_DTYPE, arg_format
 from .evaluate import evaluate
 
 SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")
@@ -363,14 +364,13 @@ def run_program(
     """
     tensors = dict(tensors)
     result = RunResult(tensors)
-    tensor_dtypes: dict[str, str] = {"lse": "fp32", "alibi_slopes": "fp32"}
+    tensor_dtypes: dict[str, str] = {}
     for kernel in program.kernels:
         dtypes = kernel.dtype_map()
         for alias, fmt in dtypes.items():
             if fmt not in FORMATS:
                 raise TLRuntimeError(f"{kernel.name}: dtype {alias} = {fmt} is not a format", where=Position(kernel.line, kernel.col, file), hint="formats: " + ", ".join(FORMATS))
-        tensor_dtypes.update({name: dtypes.get("qkv", "fp32") for name in ("q", "k", "v")})
-        tensor_dtypes["o"] = dtypes.get("out", "fp32")
+        tensor_dtypes.update({name: arg_format(name, dtypes) for name in ARG_DTYPE})
         for sc in kernel.scratch:
             fmt = dtypes.get(sc.dtype, sc.dtype)
             if fmt not in FORMATS:
