@@ -15,12 +15,13 @@ from typing import Sequence
 
 from rich.console import Console
 
+from .dtypes import STORAGE_DTYPES
 from .errors import AttnforgeError, Position, TLSyntaxError
 from .spec import add_spec_arguments
 from .targets import format_targets_table, get_target, targets_as_dicts
 from .tl import catalog
 
-RUN_DTYPES = ("float64", "fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2")
+RUN_DTYPES = ("float64",) + STORAGE_DTYPES  # float64: exact; a storage format: rounded like a kernel
 
 
 def read_tl(path: str) -> tuple[str, str]:

@@ -114,8 +114,11 @@ def reference_for(program: n.Program, shape: Shape, q, k, v, scalars: Mapping[st
     sizes = shape.sizes()
     kwargs: dict = {"scale": scalars.get("scale", 1.0 / math.sqrt(shape.D))}
     if "causal" in feats:
+        align = feats["causal"] or "bottom_right"
+        if align not in ("bottom_right", "top_left"):
+            raise AttnforgeError(f"computes causal = {align} is not an alignment", where="computes", hint="bottom_right or top_left")
         kwargs["causal"] = True
-        kwargs["causal_align"] = feats["causal"] or "bottom_right"
+        kwargs["causal_align"] = align
     if "window" in feats:
         kwargs["window"] = (scalars["window_left"], scalars["window_right"])
     if "alibi" in feats:
