@@ -1,6 +1,7 @@
 """Static checker for TL-Code: names, shapes, data types, memory levels and the target's limits.
 
-The checker walks one program instance symbolically. Shapes are compared by evaluating their
+The checker walks the first and the last program instance symbolically (first and last loop
+iteration too). Shapes are compared by evaluating their
 expressions under two unrelated assignments of the problem sizes (B, Hq, Hkv, Sq, Sk, D, Dv) and
 of any open parameter: two expressions that agree under both are taken as equal, which catches
 ``(Sq, D)`` written for ``(Sk, D)`` without a computer-algebra system. Resource estimates use the
@@ -13,9 +14,8 @@ layouts and dataflow, TL5xx target limits.
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..dtypes import FORMATS, TL_DTYPES
 from ..errors import TargetError
@@ -23,58 +23,17 @@ from ..targets import Target, get_target
 from . import nodes as n
 from .args import ARG_SHAPES, INPUTS, arg_format
 from .evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, evaluate, expr_kind
+from .findings import CheckResult, Finding, KernelResources
 from .printer import expr as show
+from .resources import estimate
 
 KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_left": "keys left of the diagonal", "window_right": "keys right of the diagonal"}
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
 MOD_NAMES = {"score_mod": SCORE_MOD_NAMES, "mask_mod": MASK_MOD_NAMES}
 
-REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
 _PROBE = ({"B": 3, "Hq": 12, "Hkv": 4, "Sq": 1000, "Sk": 1500}, {"B": 5, "Hq": 10, "Hkv": 5, "Sq": 777, "Sk": 333})
 _OPEN_PARAM_PROBE = (64, 128)
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: str  # "error", "warning" or "info"
-    line: int
-    col: int
-    message: str
-    hint: str
-
-    def render(self, file: str | None = None) -> str:
-        where = f"{file}:" if file else ""
-        return f"{where}{self.line}:{self.col}: {self.code}: {self.message} ({self.hint})"
-
-    def __str__(self) -> str:
-        return self.render()
-
-
-@dataclass
-class KernelResources:
-    kernel: str
-    smem_bytes: int | None = None
-    smem_breakdown: dict[str, int] = field(default_factory=dict)
-    regs_per_thread: int | None = None
-    threads: int | None = None
-
-
-@dataclass
-class CheckResult:
-    findings: list[Finding]
-    open_params: list[str]
-    resources: list[KernelResources]
-    target: Target | None
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
 
 
 @dataclass
@@ -635,7 +594,7 @@ def check(
             written |= kc.written
             if probe_index == 0:
                 # Resource estimates need every parameter; open ones are reported as TL106 instead.
-                resources.append(_resources(kernel, kc, env, tgt, collect, bool(kernel.open_params())))
+                resources.append(estimate(kernel, env, tgt, collect, collect.events, bool(kernel.open_params())))
     last = program.kernels[-1]
     if "o" not in written:
         collect(Finding("TL410", "error", last.line, last.col, "no kernel writes the output o", "end with Copy O_r (BM, Dv) at [m, 0] from register to global O"))
@@ -730,206 +689,4 @@ def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
         if s not in kernel.scalars:
             report(Finding("TL105", "error", f.line, f.col, f"feature {f.name} needs the runtime scalar {s}", f"add 'scalar {s}' to the header"))
 
-
-def _resources(kernel: n.Kernel, kc: _KernelCheck, env: dict, tgt: Target | None, report, skip: bool) -> KernelResources:
-    res = KernelResources(kernel.name)
-    if skip:
-        return res
-    params = kernel.param_map()
-    breakdown = _smem_breakdown(kernel, env)
-    if breakdown is None:
-        return res  # a dimension or stage count that does not evaluate is reported by the walk
-    res.smem_breakdown = breakdown
-    res.smem_bytes = sum(breakdown.values())
-    warps = params.get("warps")
-    if warps is not None and warps < 1:
-        return res  # reported as TL102
-    if warps is None:
-        report(Finding("TL109", "warning", kernel.line, kernel.col, "no 'warps' parameter: the register estimate assumes 4 warps", "add param warps = 4 (or 8)"))
-        warps = 4
-    res.threads = warps * 32
-    res.regs_per_thread = _register_estimate(kernel, report_events=report.events, threads=res.threads)
-    if tgt is None:
-        return res
-    if res.smem_bytes > tgt.smem_per_block_optin:
-        parts = ", ".join(f"{k} {v // 1024} KiB" for k, v in res.smem_breakdown.items())
-        fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
-        report(Finding("TL503", "error", kernel.line, kernel.col,
-                       f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
-    if res.threads > tgt.max_threads_per_block:
-        report(Finding("TL506", "error", kernel.line, kernel.col, f"{warps} warps are {res.threads} threads, more than {tgt.max_threads_per_block} per block", "use at most 32 warps; 4 or 8 is usual"))
-    if res.regs_per_thread > tgt.regs_per_thread_max:
-        report(Finding("TL504", "error", kernel.line, kernel.col,
-                       f"about {res.regs_per_thread} registers per thread are live at the peak, more than {tgt.regs_per_thread_max}: the kernel would spill",
-                       "raise warps (spreads the accumulators), or lower BM or BN"))
-    elif res.regs_per_thread * res.threads > tgt.regs_per_sm:
-        report(Finding("TL504", "error", kernel.line, kernel.col,
-                       f"{res.threads} threads x {res.regs_per_thread} registers exceed the {tgt.regs_per_sm} registers of an SM",
-                       "lower warps or the tile sizes"))
-    return res
-
-
-def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
-    """Bytes of each shared buffer, times the stage count of a pipelined loop that fills it."""
-    dtypes = kernel.dtype_map()
-    stages_of: dict[str, int] = {}
-    try:
-        for loop in (s for s in n.walk(kernel.body) if isinstance(s, n.Loop) and s.stages is not None):
-            stages = int(evaluate(loop.stages, env))
-            for s in n.walk(loop.body):
-                if isinstance(s, n.Copy) and s.dst_level == "shared":
-                    stages_of[s.dst] = max(stages_of.get(s.dst, 1), stages)
-        out = {}
-        for s in n.walk(kernel.body):
-            if isinstance(s, n.Allocate) and s.level == "shared":
-                elems = math.prod(int(evaluate(d, env)) for d in s.shape)
-                fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
-                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1)
-        return out
-    except Exception:  # noqa: BLE001 - reported by the walk
-        return None
-
-
-def _smem_fix(kernel: n.Kernel, env: dict, limit: int) -> str:
-    """The smallest change of the parameters the shared buffers depend on that fits ``limit``.
-
-    Tries halving each such parameter (stage counts down to 1, tiles down to 16), preferring
-    fewer changed parameters, then the largest buffers that still fit.
-    """
-    uses: set[str] = set()
-    for s in n.walk(kernel.body):
-        if isinstance(s, n.Allocate) and s.level == "shared":
-            for d in s.shape:
-                uses |= n.expr_names(d)
-        if isinstance(s, n.Loop) and s.stages is not None:
-            uses |= n.expr_names(s.stages)
-    params = {p.name: p.value for p in kernel.params if p.name in uses and p.value}
-    choices = []
-    for name, value in params.items():
-        floor = 1 if name not in _tile_params(kernel) else 16
-        options = [value]
-        while options[-1] // 2 >= floor:
-            options.append(options[-1] // 2)
-        choices.append([(name, v) for v in options])
-    best = None
-    for combo in itertools.product(*choices):
-        trial = {**env, **dict(combo)}
-        sizes = _smem_breakdown(kernel, trial)
-        total = sum(sizes.values()) if sizes is not None else None
-        if total is None or total > limit:
-            continue
-        changed = [(k, v) for k, v in combo if v != params[k]]
-        key = (len(changed), -total)
-        if best is None or key < best[0]:
-            best = (key, changed, total)
-    if best is None:
-        return "no smaller tiles or fewer stages fit: split the head dimension or pick a target with more shared memory"
-    _, changed, total = best
-    edits = " and ".join(f"{k} = {v}" for k, v in changed)
-    return f"e.g. {edits} needs {total // 1024} KiB of the {limit // 1024} KiB"
-
-
-def _tile_params(kernel: n.Kernel) -> set[str]:
-    """Parameters that size tiles (they appear in a shape), as opposed to stage counts."""
-    names: set[str] = set()
-    for s in n.walk(kernel.body):
-        if isinstance(s, n.Allocate):
-            for d in s.shape:
-                names |= n.expr_names(d)
-    return names
-
-
-def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> int:
-    """Peak bytes of live register tiles, spread over the threads, plus a fixed overhead.
-
-    A tile is live from its first definition to its last use; tiles used inside a loop but
-    defined before it stay live to the loop's end (they are carried across iterations). A
-    statement's inputs that die there are freed before its outputs are counted, as a compiler
-    reuses their registers. Operands streamed from shared memory count as two MMA K-steps.
-    """
-    order: list[n.Stmt] = []
-    loop_span: dict[int, tuple[int, int]] = {}
-
-    def flatten(body, outer: tuple[int, ...]):
-        for s in body:
-            order.append(s)
-            if isinstance(s, n.Loop):
-                start = len(order)
-                flatten(s.body, outer + (id(s),))
-                loop_span[id(s)] = (start, len(order) - 1)
-    flatten(kernel.body, ())
-    pos = {id(s): i for i, s in enumerate(order)}
-    enclosing: dict[int, list[int]] = {}
-    for lid, (a, b) in loop_span.items():
-        for i in range(a, b + 1):
-            enclosing.setdefault(i, []).append(lid)
-    size: dict[str, int] = {}
-    start: dict[str, int] = {}
-    end: dict[str, int] = {}
-    # A name redefined from scratch in another loop (S in an unmasked loop, then S in a diagonal
-    # loop) is a new value with its own life; accumulations and in-place updates continue the old one.
-    versions: dict[str, list[tuple[int, str, object]]] = {}
-    events = [e for e in report_events if e[1] == kernel.name]
-    for kind, _, stmt, name, nbytes, loop in events:
-        i = pos.get(id(stmt))
-        if i is None:
-            continue
-        if kind == "frag":
-            key = f"{name}@frag{i}"
-        else:
-            history = versions.setdefault(name, [])
-            if not history or (_fresh(stmt) and history[-1][2] is not loop):
-                history.append((i, f"{name}#{len(history)}", loop))
-            key = history[-1][1]
-        size[key] = max(size.get(key, 0), nbytes)
-        start[key] = min(start.get(key, i), i)
-        end[key] = max(end.get(key, i), i)
-    # uses: any statement naming the tile extends the life of the value current there
-    for i, s in enumerate(order):
-        for name in _stmt_reads(s):
-            history = versions.get(name)
-            if history:
-                current = [key for at, key, _ in history if at <= i]
-                key = current[-1] if current else history[0][1]
-                end[key] = max(end[key], i)
-    for key in list(start):
-        for lid in set(enclosing.get(end[key], [])):
-            a, b = loop_span[lid]
-            if start[key] < a:
-                end[key] = max(end[key], b)
-    peak = 0
-    for i in range(len(order)):
-        live = sum(size[k] for k in start if (start[k] <= i < end[k]) or start[k] == i)
-        peak = max(peak, live)
-    return math.ceil(peak / 4 / threads) + REG_OVERHEAD
-
-
-def _fresh(s: n.Stmt) -> bool:
-    """Whether a statement defines its result from scratch (not by accumulating or in place)."""
-    if isinstance(s, n.Gemm):
-        return not s.accumulate
-    if isinstance(s, (n.Elementwise, n.Cast)):
-        return s.out is not None
-    return isinstance(s, (n.Allocate, n.Copy, n.OnlineSoftmax, n.Normalize, n.LogSumExp))
-
-
-def _stmt_reads(s: n.Stmt) -> set[str]:
-    if isinstance(s, n.Copy):
-        return {s.src}
-    if isinstance(s, n.Gemm):
-        return {s.a, s.b} | ({s.out} if s.accumulate else set())
-    if isinstance(s, n.Elementwise):
-        return set().union(*(n.expr_names(a) for a in s.args))
-    if isinstance(s, n.Cast):
-        return {s.src}
-    if isinstance(s, (n.ScoreMod, n.Mask, n.Softmax)):
-        return {s.target}
-    if isinstance(s, n.OnlineSoftmax):
-        return {s.scores, s.row_max, s.row_sum, *s.rescale}
-    if isinstance(s, n.Normalize):
-        return {s.acc, s.row_sum}
-    if isinstance(s, n.LogSumExp):
-        return {s.row_max, s.row_sum}
-    if isinstance(s, n.Reshape):
-        return {s.name}
-    return set()
+__all__ = ["check", "CheckResult", "Finding", "KernelResources"]

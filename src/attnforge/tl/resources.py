@@ -1,0 +1,227 @@
+"""Resource estimates of a TL kernel: shared memory (with pipeline stages) and registers per thread.
+
+Shared memory is exact for the buffers the program allocates. Registers are an estimate: the
+peak of live register tiles, spread over the threads, plus a fixed overhead (REG_OVERHEAD).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..dtypes import FORMATS
+from ..targets import Target
+from . import nodes as n
+from .evaluate import evaluate
+from .findings import Finding, KernelResources
+
+REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
+
+
+def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: list, skip: bool) -> KernelResources:
+    """Shared memory and registers of one kernel, with TL503/TL504/TL506/TL109 findings for ``tgt``.
+
+    ``events`` are the checker's register definitions and operand reads in program order;
+    ``skip`` leaves the estimates out (open parameters).
+    """
+    res = KernelResources(kernel.name)
+    if skip:
+        return res
+    params = kernel.param_map()
+    breakdown = _smem_breakdown(kernel, env)
+    if breakdown is None:
+        return res  # a dimension or stage count that does not evaluate is reported by the walk
+    res.smem_breakdown = breakdown
+    res.smem_bytes = sum(breakdown.values())
+    warps = params.get("warps")
+    if warps is not None and warps < 1:
+        return res  # reported as TL102
+    if warps is None:
+        report(Finding("TL109", "warning", kernel.line, kernel.col, "no 'warps' parameter: the register estimate assumes 4 warps", "add param warps = 4 (or 8)"))
+        warps = 4
+    res.threads = warps * 32
+    res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=res.threads)
+    if tgt is None:
+        return res
+    if res.smem_bytes > tgt.smem_per_block_optin:
+        parts = ", ".join(f"{k} {v // 1024} KiB" for k, v in res.smem_breakdown.items())
+        fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
+        report(Finding("TL503", "error", kernel.line, kernel.col,
+                       f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
+    if res.threads > tgt.max_threads_per_block:
+        report(Finding("TL506", "error", kernel.line, kernel.col, f"{warps} warps are {res.threads} threads, more than {tgt.max_threads_per_block} per block", "use at most 32 warps; 4 or 8 is usual"))
+    if res.regs_per_thread > tgt.regs_per_thread_max:
+        report(Finding("TL504", "error", kernel.line, kernel.col,
+                       f"about {res.regs_per_thread} registers per thread are live at the peak, more than {tgt.regs_per_thread_max}: the kernel would spill",
+                       "raise warps (spreads the accumulators), or lower BM or BN"))
+    elif res.regs_per_thread * res.threads > tgt.regs_per_sm:
+        report(Finding("TL504", "error", kernel.line, kernel.col,
+                       f"{res.threads} threads x {res.regs_per_thread} registers exceed the {tgt.regs_per_sm} registers of an SM",
+                       "lower warps or the tile sizes"))
+    return res
+
+
+def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
+    """Bytes of each shared buffer, times the stage count of a pipelined loop that fills it."""
+    dtypes = kernel.dtype_map()
+    stages_of: dict[str, int] = {}
+    try:
+        for loop in (s for s in n.walk(kernel.body) if isinstance(s, n.Loop) and s.stages is not None):
+            stages = int(evaluate(loop.stages, env))
+            for s in n.walk(loop.body):
+                if isinstance(s, n.Copy) and s.dst_level == "shared":
+                    stages_of[s.dst] = max(stages_of.get(s.dst, 1), stages)
+        out = {}
+        for s in n.walk(kernel.body):
+            if isinstance(s, n.Allocate) and s.level == "shared":
+                elems = math.prod(int(evaluate(d, env)) for d in s.shape)
+                fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
+                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1)
+        return out
+    except Exception:  # noqa: BLE001 - reported by the walk
+        return None
+
+
+def _smem_fix(kernel: n.Kernel, env: dict, limit: int) -> str:
+    """The smallest change of the parameters the shared buffers depend on that fits ``limit``.
+
+    Tries halving each such parameter (stage counts down to 1, tiles down to 16), preferring
+    fewer changed parameters, then the largest buffers that still fit.
+    """
+    uses: set[str] = set()
+    for s in n.walk(kernel.body):
+        if isinstance(s, n.Allocate) and s.level == "shared":
+            for d in s.shape:
+                uses |= n.expr_names(d)
+        if isinstance(s, n.Loop) and s.stages is not None:
+            uses |= n.expr_names(s.stages)
+    params = {p.name: p.value for p in kernel.params if p.name in uses and p.value}
+    choices = []
+    for name, value in params.items():
+        floor = 1 if name not in _tile_params(kernel) else 16
+        options = [value]
+        while options[-1] // 2 >= floor:
+            options.append(options[-1] // 2)
+        choices.append([(name, v) for v in options])
+    best = None
+    for combo in itertools.product(*choices):
+        trial = {**env, **dict(combo)}
+        sizes = _smem_breakdown(kernel, trial)
+        total = sum(sizes.values()) if sizes is not None else None
+        if total is None or total > limit:
+            continue
+        changed = [(k, v) for k, v in combo if v != params[k]]
+        key = (len(changed), -total)
+        if best is None or key < best[0]:
+            best = (key, changed, total)
+    if best is None:
+        return "no smaller tiles or fewer stages fit: split the head dimension or pick a target with more shared memory"
+    _, changed, total = best
+    edits = " and ".join(f"{k} = {v}" for k, v in changed)
+    return f"e.g. {edits} needs {total // 1024} KiB of the {limit // 1024} KiB"
+
+
+def _tile_params(kernel: n.Kernel) -> set[str]:
+    """Parameters that size tiles (they appear in a shape), as opposed to stage counts."""
+    names: set[str] = set()
+    for s in n.walk(kernel.body):
+        if isinstance(s, n.Allocate):
+            for d in s.shape:
+                names |= n.expr_names(d)
+    return names
+
+
+def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> int:
+    """Peak bytes of live register tiles, spread over the threads, plus a fixed overhead.
+
+    A tile is live from its first definition to its last use; tiles used inside a loop but
+    defined before it stay live to the loop's end (they are carried across iterations). A
+    statement's inputs that die there are freed before its outputs are counted, as a compiler
+    reuses their registers. Operands streamed from shared memory count as two MMA K-steps.
+    """
+    order: list[n.Stmt] = []
+    loop_span: dict[int, tuple[int, int]] = {}
+
+    def flatten(body, outer: tuple[int, ...]):
+        for s in body:
+            order.append(s)
+            if isinstance(s, n.Loop):
+                start = len(order)
+                flatten(s.body, outer + (id(s),))
+                loop_span[id(s)] = (start, len(order) - 1)
+    flatten(kernel.body, ())
+    pos = {id(s): i for i, s in enumerate(order)}
+    enclosing: dict[int, list[int]] = {}
+    for lid, (a, b) in loop_span.items():
+        for i in range(a, b + 1):
+            enclosing.setdefault(i, []).append(lid)
+    size: dict[str, int] = {}
+    start: dict[str, int] = {}
+    end: dict[str, int] = {}
+    # A name redefined from scratch in another loop (S in an unmasked loop, then S in a diagonal
+    # loop) is a new value with its own life; accumulations and in-place updates continue the old one.
+    versions: dict[str, list[tuple[int, str, object]]] = {}
+    events = [e for e in report_events if e[1] == kernel.name]
+    for kind, _, stmt, name, nbytes, loop in events:
+        i = pos.get(id(stmt))
+        if i is None:
+            continue
+        if kind == "frag":
+            key = f"{name}@frag{i}"
+        else:
+            history = versions.setdefault(name, [])
+            if not history or (_fresh(stmt) and history[-1][2] is not loop):
+                history.append((i, f"{name}#{len(history)}", loop))
+            key = history[-1][1]
+        size[key] = max(size.get(key, 0), nbytes)
+        start[key] = min(start.get(key, i), i)
+        end[key] = max(end.get(key, i), i)
+    # uses: any statement naming the tile extends the life of the value current there
+    for i, s in enumerate(order):
+        for name in _stmt_reads(s):
+            history = versions.get(name)
+            if history:
+                current = [key for at, key, _ in history if at <= i]
+                key = current[-1] if current else history[0][1]
+                end[key] = max(end[key], i)
+    for key in list(start):
+        for lid in set(enclosing.get(end[key], [])):
+            a, b = loop_span[lid]
+            if start[key] < a:
+                end[key] = max(end[key], b)
+    peak = 0
+    for i in range(len(order)):
+        live = sum(size[k] for k in start if (start[k] <= i < end[k]) or start[k] == i)
+        peak = max(peak, live)
+    return math.ceil(peak / 4 / threads) + REG_OVERHEAD
+
+
+def _fresh(s: n.Stmt) -> bool:
+    """Whether a statement defines its result from scratch (not by accumulating or in place)."""
+    if isinstance(s, n.Gemm):
+        return not s.accumulate
+    if isinstance(s, (n.Elementwise, n.Cast)):
+        return s.out is not None
+    return isinstance(s, (n.Allocate, n.Copy, n.OnlineSoftmax, n.Normalize, n.LogSumExp))
+
+
+def _stmt_reads(s: n.Stmt) -> set[str]:
+    if isinstance(s, n.Copy):
+        return {s.src}
+    if isinstance(s, n.Gemm):
+        return {s.a, s.b} | ({s.out} if s.accumulate else set())
+    if isinstance(s, n.Elementwise):
+        return set().union(*(n.expr_names(a) for a in s.args))
+    if isinstance(s, n.Cast):
+        return {s.src}
+    if isinstance(s, (n.ScoreMod, n.Mask, n.Softmax)):
+        return {s.target}
+    if isinstance(s, n.OnlineSoftmax):
+        return {s.scores, s.row_max, s.row_sum, *s.rescale}
+    if isinstance(s, n.Normalize):
+        return {s.acc, s.row_sum}
+    if isinstance(s, n.LogSumExp):
+        return {s.row_max, s.row_sum}
+    if isinstance(s, n.Reshape):
+        return {s.name}
+    return set()
