@@ -308,3 +308,9 @@ def test_top_left_causal_with_a_window_needs_equal_lengths() -> None:
         AttentionSpec(heads=2, head_dim=16, seqlen_q=8, seqlen_k=32, causal=True, causal_align="top_left", window_left=8)
     assert err.value.field == "causal_align"
     AttentionSpec(heads=2, head_dim=16, seqlen_q=32, seqlen_k=32, causal=True, causal_align="top_left", window_left=8)
+
+
+def test_modifiers_cannot_index() -> None:
+    with pytest.raises(SpecError) as err:
+        AttentionSpec(heads=2, head_dim=16, score_mod="score + h[0]")
+    assert err.value.field == "score_mod" and "indexes" in str(err.value)

@@ -405,3 +405,10 @@ def test_register_estimate_gives_a_name_reused_in_a_second_loop_its_own_life() -
     one_regs = check(parse(text), "h100").resources[0].regs_per_thread
     two_regs = check(parse("\n".join(two)), "h100").resources[0].regs_per_thread
     assert two_regs == one_regs
+
+
+def test_modifier_features_read_scalars_only_and_aliases_are_not_format_names() -> None:
+    prog = edited("gqa_fwd.tl", "target sm_90\n", "target sm_90\ncomputes score_mod = (score + h[0])\n")
+    assert "TL202" in codes(check(prog, "h100"))
+    prog = edited("gqa_fwd.tl", "dtype qkv = bf16, acc = fp32, out = bf16", "dtype qkv = bf16, acc = fp32, out = bf16, fp32 = bf16")
+    assert "TL101" in codes(check(prog, "h100"))

@@ -422,3 +422,8 @@ def test_unknown_scratch_dtype_is_a_runtime_error() -> None:
     prog = edited("decode_split_kv.tl", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : fp12", count=2)
     with pytest.raises(TLRuntimeError, match="fp12"):
         run_and_compare(prog, Shape.parse("1,2,1,3,40,16"), dtype="bf16")
+
+
+def test_run_program_rejects_undeclared_parameters() -> None:
+    with pytest.raises(TLRuntimeError, match="'bm'"):
+        run_program(program("gqa_fwd.tl"), {"B": 1, "Hq": 1, "Hkv": 1, "Sq": 4, "Sk": 4, "D": 16, "Dv": 16}, {}, params={"bm": 16})

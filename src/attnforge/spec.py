@@ -102,6 +102,13 @@ def _canonical_dtype(value: object) -> str:
     raise SpecError("dtype", value, allowed, hint=f"did you mean {DTYPE_ALIASES[close[0]]!r}?" if close else None)
 
 
+def _walk_expr(e: n.Expr):
+    yield e
+    for child in (getattr(e, "operand", None), getattr(e, "left", None), getattr(e, "right", None), *getattr(e, "args", ())):
+        if child is not None:
+            yield from _walk_expr(child)
+
+
 def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: bool) -> str | None:
     if value is None:
         return None
@@ -115,6 +122,9 @@ def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: boo
     except AttnforgeError as err:
         raise SpecError(field, value, allowed, hint=f"syntax error: {err}") from None
     try:
+        indexed = [node for node in _walk_expr(expr) if isinstance(node, n.Index)]
+        if indexed:
+            raise SpecError(field, value, allowed, hint=f"{indexed[0].name}[...] indexes; a modifier reads only the scalars {', '.join(names)}")
         unknown = sorted(n.expr_names(expr) - set(names) - {"inf"})
         if unknown:
             guesses = [g for u in unknown for g in difflib.get_close_matches(u, names, n=1)]

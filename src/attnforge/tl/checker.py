@@ -228,8 +228,8 @@ class _KernelCheck:
             self.add("TL403", s, "a Copy between shared and register memory moves the whole tile; it takes no tile shape or coordinate", "drop the '(...) at [...]'")
             return
         if src.dtype != (dst.dtype if dst is not None else src.dtype) and "register" not in (s.src_level, s.dst_level):
-            self.add("TL308", s, f"a {s.src_level} -> {s.dst_level} Copy moves bytes (cp.async, TMA) and cannot convert {src.dtype} to {dst.dtype}",
-                     f"allocate {s.dst} as {src.dtype}, and Cast in registers")
+            fix = f"allocate {s.dst} as {src.dtype}, and Cast in registers" if s.src_level == "global" else f"Cast to {dst.dtype} in registers before staging the tile in {s.src}"
+            self.add("TL308", s, f"a {s.src_level} -> {s.dst_level} Copy moves bytes (cp.async, TMA) and cannot convert {src.dtype} to {dst.dtype}", fix)
         if s.src_level == "global":
             self.read.add(glob.tensor)
             self.read_at.setdefault(glob.tensor, s)
@@ -645,6 +645,8 @@ def _check_header(kernel: n.Kernel, report, sketch: bool, probe_index: int) -> N
         elif p.value < 1:
             report(Finding("TL102", "error", p.line, p.col, f"parameter {p.name} = {p.value} must be positive", "tile sizes, warps and stages are >= 1"))
     for alias, dtype in kernel.dtypes:
+        if alias in FORMATS:
+            report(Finding("TL101", "error", kernel.line, kernel.col, f"dtype alias {alias!r} is the name of a format", "aliases are names such as qkv, acc, out"))
         if dtype not in TL_DTYPES:
             report(Finding("TL101", "error", kernel.line, kernel.col, f"dtype {alias} = {dtype} is not a known format", "formats: " + ", ".join(TL_DTYPES)))
     for name in kernel.scalars:
@@ -670,6 +672,9 @@ def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
             report(Finding("TL104", "error", f.line, f.col, f"{f.name} needs its expression", f"{f.name} = (expression)"))
             return
         allowed = MOD_NAMES[f.name]
+        if _indexes(f.value):
+            report(Finding("TL202", "error", f.line, f.col, f"{f.name} indexes {_indexes(f.value)[0].name}[...]; a modifier reads scalars only", "it may read: " + ", ".join(allowed)))
+            return
         unknown = sorted(n.expr_names(f.value) - set(allowed) - {"inf"})
         if unknown:
             report(Finding("TL203", "error", f.line, f.col, f"{f.name} reads {', '.join(unknown)}, which it cannot see", "it may read: " + ", ".join(allowed)))

@@ -208,7 +208,7 @@ def default_shapes(program: n.Program) -> list[Shape]:
     bm, bn = params.get("BM", 64), params.get("BN", 64)
     splits = params.get("NSPLIT", 1)
     return [
-        Shape(2, 8, 2, 2 * bm + 13, 3 * bn + 7, 64, 64),
+        Shape(2, 8, 2, 2 * bm + 13, 2 * bm + 3 * bn + 7, 64, 64),
         Shape(1, 4, 2, 3 * bm + 5, bn + 3, 40, 48),
         Shape(1, 8, 2, 1, (2 * splits + 1) * bn + 3, 64, 64),
     ]

@@ -362,6 +362,10 @@ def run_program(
     created (NaN-filled) on first declaration. ``progress(kernel, done, total)`` is called after
     each program instance.
     """
+    declared = {p.name for k in program.kernels for p in k.params}
+    unknown = sorted(set(params or {}) - declared)
+    if unknown:
+        raise TLRuntimeError(f"parameter {unknown[0]!r} is not declared by the program", where=Position(1, 1, file), hint="parameters: " + ", ".join(sorted(declared)))
     tensors = dict(tensors)
     result = RunResult(tensors)
     tensor_dtypes: dict[str, str] = {}
