@@ -218,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_targets)
 
     tl = sub.add_parser("tl", help="check, run or list Thinking Language programs", description="Work with TL-Code (see docs/TL.md).")
+    tl.set_defaults(help_parser=tl)
     tl_sub = tl.add_subparsers(dest="tl_command", metavar="TL_COMMAND")
 
     p = tl_sub.add_parser("check", formatter_class=fmt, help="statically check a TL program for a target",
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tl_library)
 
     spec = sub.add_parser("spec", help="validate an attention spec file", description="Work with AttentionSpec files (.toml or .json).")
+    spec.set_defaults(help_parser=spec)
     spec_sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
     p = spec_sub.add_parser("validate", formatter_class=fmt, help="check a spec (file and/or flags) and print what it describes",
                             description="Load a .toml or .json spec and/or spec flags, check every field, print a one-line\n"
@@ -270,11 +272,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(actions[0].choices) if actions else {}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -282,8 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty(), width=None if sys.stdout.isatty() else 200)
     if not hasattr(ns, "func"):
         # `attnforge`, `attnforge tl` or `attnforge spec` alone: show that level's help; a command is missing.
-        level = {name: p for name, p in _subparsers(parser).items()}.get(ns.command, parser)
-        level.print_help(sys.stderr)
+        getattr(ns, "help_parser", parser).print_help(sys.stderr)
         return 2
     try:
         return ns.func(ns, console)

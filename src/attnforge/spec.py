@@ -102,13 +102,6 @@ def _canonical_dtype(value: object) -> str:
     raise SpecError("dtype", value, allowed, hint=f"did you mean {DTYPE_ALIASES[close[0]]!r}?" if close else None)
 
 
-def _walk_expr(e: n.Expr):
-    yield e
-    for child in (getattr(e, "operand", None), getattr(e, "left", None), getattr(e, "right", None), *getattr(e, "args", ())):
-        if child is not None:
-            yield from _walk_expr(child)
-
-
 def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: bool) -> str | None:
     if value is None:
         return None
@@ -122,7 +115,7 @@ def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: boo
     except AttnforgeError as err:
         raise SpecError(field, value, allowed, hint=f"syntax error: {err}") from None
     try:
-        indexed = [node for node in _walk_expr(expr) if isinstance(node, n.Index)]
+        indexed = n.indexes(expr)
         if indexed:
             raise SpecError(field, value, allowed, hint=f"{indexed[0].name}[...] indexes; a modifier reads only the scalars {', '.join(names)}")
         unknown = sorted(n.expr_names(expr) - set(names) - {"inf"})

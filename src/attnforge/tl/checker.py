@@ -82,7 +82,7 @@ class _KernelCheck:
         return d
 
     def names_ok(self, e: n.Expr, env: dict, extra: tuple[str, ...] = ()) -> bool:
-        indexes = _indexes(e)
+        indexes = n.indexes(e)
         for node in indexes:
             if node.name not in self.tensors:
                 self.add("TL202", node, f"{node.name}[...] reads a tensor that is not an argument", "tensors: " + ", ".join(sorted(self.tensors)))
@@ -496,19 +496,6 @@ class _KernelCheck:
         t.layout = s.dst_layout
 
 
-def _indexes(e: n.Expr) -> list[n.Index]:
-    """Every ``name[...]`` read inside an expression."""
-    if isinstance(e, n.Index):
-        return [e] + [i for a in e.args for i in _indexes(a)]
-    if isinstance(e, n.Unary):
-        return _indexes(e.operand)
-    if isinstance(e, n.Binary):
-        return _indexes(e.left) + _indexes(e.right)
-    if isinstance(e, n.Call):
-        return [i for a in e.args for i in _indexes(a)]
-    return []
-
-
 class _Probe:
     """Stands in for a tensor while checking: any element reads as 1.0."""
 
@@ -672,8 +659,8 @@ def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
             report(Finding("TL104", "error", f.line, f.col, f"{f.name} needs its expression", f"{f.name} = (expression)"))
             return
         allowed = MOD_NAMES[f.name]
-        if _indexes(f.value):
-            report(Finding("TL202", "error", f.line, f.col, f"{f.name} indexes {_indexes(f.value)[0].name}[...]; a modifier reads scalars only", "it may read: " + ", ".join(allowed)))
+        if n.indexes(f.value):
+            report(Finding("TL202", "error", f.line, f.col, f"{f.name} indexes {n.indexes(f.value)[0].name}[...]; a modifier reads scalars only", "it may read: " + ", ".join(allowed)))
             return
         unknown = sorted(n.expr_names(f.value) - set(allowed) - {"inf"})
         if unknown:

@@ -283,3 +283,16 @@ def expr_names(expr: Expr) -> set[str]:
             names |= expr_names(a)
         return names
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def indexes(expr: Expr) -> list[Index]:
+    """Every ``name[...]`` element read inside an expression, outermost first."""
+    if isinstance(expr, Index):
+        return [expr] + [i for a in expr.args for i in indexes(a)]
+    if isinstance(expr, Unary):
+        return indexes(expr.operand)
+    if isinstance(expr, Binary):
+        return indexes(expr.left) + indexes(expr.right)
+    if isinstance(expr, Call):
+        return [i for a in expr.args for i in indexes(a)]
+    return []

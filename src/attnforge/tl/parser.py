@@ -351,4 +351,4 @@ def parse_expr(text: str, where: str | None = None) -> n.Expr:
     return _run(text, "expr_only", where)
 
 
-__all__ = ["parse", "parse_expr", "ELEMENTWISE_OPS", "FUNCTIONS", "Token"]
+__all__ = ["parse", "parse_expr", "ELEMENTWISE_OPS", "FUNCTIONS"]
