@@ -73,3 +73,7 @@ class SpecError(AttnforgeError):
 
 class TargetError(AttnforgeError):
     """An unknown GPU target, or one that cannot be detected."""
+
+
+class TranslateError(AttnforgeError):
+    """A TL program that stage 2 cannot turn into target code (a construct the target language lacks)."""

@@ -1,0 +1,1 @@
+"""Helpers for running Triton kernels: interpreter fixes and switches."""
