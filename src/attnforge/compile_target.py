@@ -152,10 +152,12 @@ def _full_signature(fn: Any, signature: dict[str, str], constexprs: dict[str, An
     return {n: "constexpr" if n in constexprs else signature[n] for n in names}
 
 
-def _alignment_attrs(signature: dict[str, str]) -> dict[tuple[int, ...], list[list[Any]]]:
-    """Mark pointers 16-byte aligned, as Triton's JIT does for torch tensors; without it the
-    loads cannot be vectorised and cp.async/TMA pipelining is not emitted."""
-    return {(i,): [["tt.divisibility", 16]] for i, ty in enumerate(signature.values()) if ty.startswith("*")}
+def _alignment_attrs(signature: dict[str, str], divisible: frozenset[str] = frozenset()) -> dict[tuple[int, ...], list[list[Any]]]:
+    """Mark pointers 16-byte aligned and the ``divisible`` integers multiples of 16, as Triton's
+    JIT does at launch for torch tensors and such values; without it the loads cannot be
+    vectorised and cp.async/TMA pipelining is not emitted."""
+    return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
+            if ty.startswith("*") or (name in divisible and ty == "i32")}
 
 
 def _shared_error(kernel: str, used: int, target: Target) -> str:
@@ -227,10 +229,12 @@ def _notes(target: Target, tags: tuple[str, ...], has_dot: bool, num_stages: int
 
 def compile_for_target(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], target: Target,
                        num_warps: int, num_stages: int, keep_dir: Path | None = None, *,
-                       aligned_pointers: bool = True) -> tuple[CompileReport, object]:
+                       aligned_pointers: bool = True, divisible: frozenset[str] = frozenset()) -> tuple[CompileReport, object]:
     """Compile `fn` (an @triton.jit function) for `target`; return the report and Triton's
     CompiledKernel. `signature` maps argument names to Triton types ("*bf16", "i32", "fp32";
-    constexpr arguments may be omitted); `constexprs` maps names to values. With keep_dir the
+    constexpr arguments may be omitted); `constexprs` maps names to values; `divisible` names
+    integer arguments to compile as multiples of 16 (the specialisation Triton's JIT makes for
+    such values at launch, e.g. row strides of contiguous tensors). With keep_dir the
     PTX and cubin are written there as <kernel>.<target>.ptx/.cubin."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -239,7 +243,7 @@ def compile_for_target(fn: Any, signature: dict[str, str], constexprs: dict[str,
     from triton.runtime.errors import OutOfResources
 
     sig = _full_signature(fn, signature, constexprs)
-    attrs = _alignment_attrs(sig) if aligned_pointers else None
+    attrs = _alignment_attrs(sig, divisible) if aligned_pointers else None
     src = ASTSource(fn, sig, dict(constexprs), attrs)
     # Triton picks the "a" arch (sm_90a, sm_100a) itself for cc >= 90.
     gpu = GPUTarget("cuda", target.cc[0] * 10 + target.cc[1], 32)

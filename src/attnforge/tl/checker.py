@@ -29,6 +29,8 @@ from .resources import estimate
 
 KNOWN_SCALARS = {"scale": "softmax scale", "softcap": "logit softcap", "window_left": "keys left of the diagonal", "window_right": "keys right of the diagonal"}
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
+# computes window [= both | left | right]: which sides of the sliding window are bounded (scalars they need).
+WINDOW_SIDES = {None: ("window_left", "window_right"), "both": ("window_left", "window_right"), "left": ("window_left",), "right": ("window_right",)}
 MOD_NAMES = {"score_mod": SCORE_MOD_NAMES, "mask_mod": MASK_MOD_NAMES}
 
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
@@ -674,9 +676,13 @@ def _check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
             if wrong:
                 report(Finding("TL310", "error", f.line, f.col, f"{f.name} must be {want.split(',')[0]}", want))
         return
-    if f.value is not None:
+    if f.name == "window":
+        if f.value not in WINDOW_SIDES:
+            report(Finding("TL104", "error", f.line, f.col, f"window = {f.value} is not a side", "window (both sides bounded), window = left or window = right (the other side unbounded)"))
+            return
+    elif f.value is not None:
         report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'; its numbers are runtime scalars"))
-    need = {"window": ("window_left", "window_right"), "softcap": ("softcap",)}.get(f.name, ())
+    need = {"window": WINDOW_SIDES.get(f.value, ()), "softcap": ("softcap",)}.get(f.name, ())
     for s in need:
         if s not in kernel.scalars:
             report(Finding("TL105", "error", f.line, f.col, f"feature {f.name} needs the runtime scalar {s}", f"add 'scalar {s}' to the header"))

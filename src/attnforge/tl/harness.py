@@ -98,7 +98,8 @@ def default_scalars(program: n.Program, shape: Shape) -> dict[str, float]:
     return defaults
 
 
-def _expr_fn(expr: n.Expr, sizes: Mapping[str, int], with_score: bool):
+def expr_fn(expr: n.Expr, sizes: Mapping[str, int], with_score: bool):
+    """A score_mod (``with_score``) or mask_mod expression as a numpy function for the reference."""
     def fn(*args):
         names = ("score", "b", "h", "q_idx", "kv_idx") if with_score else ("b", "h", "q_idx", "kv_idx")
         env = dict(sizes)
@@ -120,15 +121,17 @@ def reference_for(program: n.Program, shape: Shape, q, k, v, scalars: Mapping[st
         kwargs["causal"] = True
         kwargs["causal_align"] = align
     if "window" in feats:
-        kwargs["window"] = (scalars["window_left"], scalars["window_right"])
+        side = feats["window"] or "both"
+        kwargs["window"] = (scalars["window_left"] if side in ("both", "left") else None,
+                            scalars["window_right"] if side in ("both", "right") else None)
     if "alibi" in feats:
         kwargs["alibi_slopes"] = slopes
     if "softcap" in feats:
         kwargs["softcap"] = scalars["softcap"]
     if isinstance(feats.get("score_mod"), n.Node):
-        kwargs["score_mod"] = _expr_fn(feats["score_mod"], sizes, True)
+        kwargs["score_mod"] = expr_fn(feats["score_mod"], sizes, True)
     if isinstance(feats.get("mask_mod"), n.Node):
-        kwargs["mask_mod"] = _expr_fn(feats["mask_mod"], sizes, False)
+        kwargs["mask_mod"] = expr_fn(feats["mask_mod"], sizes, False)
     return attention_reference(q, k, v, **kwargs)
 
 

@@ -100,6 +100,13 @@ class KernelInfo:
             const[name] = value
         return sig, const
 
+    def divisible_strides(self, head_dims: tuple[int, ...]) -> frozenset[str]:
+        """Strides Triton's JIT will see as multiples of 16 for contiguous tensors of these head
+        dims (every stride but the innermost is a multiple of the head dim)."""
+        if any(d % 16 for d in head_dims):
+            return frozenset()
+        return frozenset(name for t in self.tensors for name in stride_names(t, self.ranks[t])[:-1])
+
 
 def stride_names(tensor: str, rank: int) -> list[str]:
     return [f"stride_{tensor}{i}" for i in range(rank)]

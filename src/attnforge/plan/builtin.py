@@ -1,0 +1,326 @@
+"""Stage 1 without an LLM: an AttentionSpec and a Target become a TL program, by rules.
+
+The program is the canonical forward schedule of ``tl/library`` (FlashAttention's online softmax:
+one program per BM query rows of one head, K/V streamed in BN-row tiles) composed from the spec's
+features, so causal + window + ALiBi + softcap + custom modifiers combine in one kernel. Decode
+(one query per sequence) gets the split-KV pair of kernels. Parameters come from the target's
+facts (tensor-core generation, shared memory per block) and are offered as an ordered list of
+candidates: the first one the TL checker (and later the compiler) accepts wins.
+
+Performance choices are explicit parameters or explicit program structure, never hidden:
+BM, BN, warps, stages (software pipelining of the K/V loop), NSPLIT (decode), and the loop bounds
+that skip K/V tiles a query block cannot see (causal, window).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import TLCheckError
+from ..spec import AttentionSpec
+from ..targets import Target
+from ..tl import nodes as n
+from ..tl.checker import check
+from ..tl.findings import CheckResult
+from ..tl.parser import parse
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A TL program for a spec on a target, and why its parameters are what they are."""
+
+    program: n.Program
+    source: str
+    params: dict[str, int]
+    kind: str  # "prefill" or "decode"
+    reasons: tuple[str, ...]
+    check: CheckResult
+    rejected: tuple[str, ...] = field(default=())  # candidates the checker refused, and why
+
+
+@dataclass(frozen=True)
+class Candidate:
+    params: dict[str, int]
+    reason: str
+
+
+# ------------------------------------------------------------------------------ TL text
+
+def _diag(spec: AttentionSpec) -> str:
+    """Where query i's diagonal meets the keys: bottom-right (i + Sk - Sq) or top-left (i)."""
+    return "q_idx + Sk - Sq" if spec.causal_align == "bottom_right" or not spec.causal else "q_idx"
+
+
+def _features(spec: AttentionSpec) -> list[str]:
+    feats = []
+    if spec.causal:
+        feats.append(f"causal = {spec.causal_align}")
+    if spec.window_left is not None or spec.window_right is not None:
+        side = "both" if spec.window_left is not None and spec.window_right is not None else ("left" if spec.window_left is not None else "right")
+        feats.append("window" if side == "both" else f"window = {side}")
+    if spec.alibi_slopes is not None:
+        feats.append("alibi")
+    if spec.softcap is not None:
+        feats.append("softcap")
+    if spec.score_mod is not None:
+        feats.append(f"score_mod = ({spec.score_mod})")
+    if spec.mask_mod is not None:
+        feats.append(f"mask_mod = ({spec.mask_mod})")
+    return feats
+
+
+def _scalars(spec: AttentionSpec) -> list[str]:
+    names = ["scale"]
+    if spec.softcap is not None:
+        names.append("softcap")
+    if spec.window_left is not None:
+        names.append("window_left")
+    if spec.window_right is not None:
+        names.append("window_right")
+    return names
+
+
+def _key_range(spec: AttentionSpec) -> tuple[str, str]:
+    """First and one-past-last K/V rows query block m can see: tiles outside are never loaded."""
+    lo = "0"
+    if spec.window_left is not None:
+        lo = "max(0, m * BM + Sk - Sq - window_left)"
+    his = []
+    if spec.causal:
+        his.append("(m + 1) * BM + Sk - Sq" if spec.causal_align == "bottom_right" else "(m + 1) * BM")
+    if spec.window_right is not None:
+        his.append("(m + 1) * BM + Sk - Sq + window_right")
+    hi = "Sk"
+    for h in his:
+        hi = f"min({hi}, {h})"
+    return lo, hi
+
+
+def _keep(spec: AttentionSpec) -> str:
+    conds = ["kv_idx < Sk"]
+    if spec.causal:
+        conds.append(f"kv_idx <= {_diag(spec)}")
+    if spec.window_left is not None:
+        conds.append("kv_idx >= q_idx + Sk - Sq - window_left")
+    if spec.window_right is not None:
+        conds.append("kv_idx <= q_idx + Sk - Sq + window_right")
+    if spec.mask_mod is not None:
+        conds.append(f"({spec.mask_mod})")
+    return " and ".join(conds)
+
+
+def _score_mods(spec: AttentionSpec) -> list[str]:
+    """In the reference's order: scale, softcap, ALiBi, score_mod (then the masks)."""
+    mods = []
+    if spec.softcap is not None:
+        mods.append("softcap * tanh(score / softcap)")
+    if spec.alibi_slopes is not None:
+        mods.append("score - alibi_slopes[h] * abs(q_idx + Sk - Sq - kv_idx)")
+    if spec.score_mod is not None:
+        mods.append(spec.score_mod)
+    return mods
+
+
+def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scalars: bool = True) -> list[str]:
+    lines = [f"kernel {name}", f"target {target.sm}"]
+    feats = _features(spec)
+    if feats:
+        lines.append("computes " + ", ".join(feats))
+    lines.append(f"dtype qkv = {spec.dtype}, acc = fp32, out = {spec.dtype}")
+    lines.append("param " + ", ".join(f"{k} = {v}" for k, v in params.items()))
+    if scalars:
+        lines.append("scalar " + ", ".join(_scalars(spec)))
+    return lines
+
+
+def _tile_loop(spec: AttentionSpec, bounds: str) -> list[str]:
+    """The K/V loop body: scores, modifiers, mask, online softmax, P @ V."""
+    mma = "tf32" if spec.allow_tf32 else "qkv"
+    body = [
+        f"for j = {bounds} pipeline stages",
+        "    Copy K (BN, D) at [j, 0] from global to shared Ks",
+        "    Copy Ks from shared to register Kr",
+    ]
+    if spec.allow_tf32:
+        body.append("    Compute Cast Kr to tf32")
+    body += ["    Compute GEMM Qr, Kr^T and get S", "    Compute Multiply S, scale"]
+    body += [f"    Compute ScoreMod S with {m}" for m in _score_mods(spec)]
+    body += [
+        f"    Compute Mask S keep {_keep(spec)}",
+        "    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
+        f"    Compute Cast P to {mma}",
+        "    Reshape P from mma_c to mma_a",
+        "    Copy V (BN, Dv) at [j, 0] from global to shared Vs",
+        "    Copy Vs from shared to register Vr",
+    ]
+    if spec.allow_tf32:
+        body.append("    Compute Cast Vr to tf32")
+    body += ["    Compute GEMM P, Vr and accumulate O_acc", "end"]
+    return body
+
+
+def _views(out_o: str, out_lse: str) -> list[str]:
+    return [
+        "Allocate Q in global (Sq, D) at q[b, h]",
+        "Allocate K in global (Sk, D) at k[b, h // (Hq // Hkv)]",
+        "Allocate V in global (Sk, Dv) at v[b, h // (Hq // Hkv)]",
+        f"Allocate O in global (Sq, Dv) at {out_o}",
+        f"Allocate LSE in global (Sq) at {out_lse}",
+        "Allocate Qs in shared (BM, D) : qkv",
+        "Allocate Ks in shared (BN, D) : qkv",
+        "Allocate Vs in shared (BN, Dv) : qkv",
+        "Allocate m_i in register (BM) : acc = -inf",
+        "Allocate l_i in register (BM) : acc = 0",
+        "Allocate O_acc in register (BM, Dv) : acc = 0",
+        "Copy Q (BM, D) at [m, 0] from global to shared Qs",
+        "Copy Qs from shared to register Qr",
+    ]
+
+
+_EPILOGUE = [
+    "Compute Normalize O_acc by l_i and get O_r",
+    "Compute LogSumExp m_i, l_i and get lse_r",
+    "Copy O_r (BM, Dv) at [m, 0] from register to global O",
+    "Copy lse_r (BM) at [m] from register to global LSE",
+]
+
+
+def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+    lo, hi = _key_range(spec)
+    start = "0" if lo == "0" else f"{lo} // BN"
+    lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
+             "# One program computes BM query rows of one (batch, query head) and streams K/V in BN-row tiles,",
+             "# loading only the tiles its rows can see.",
+             *_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
+    lines += _views("o[b, h]", "lse[b, h]")
+    if spec.allow_tf32:
+        lines.append("Compute Cast Qr to tf32")
+    stop = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
+    lines += _tile_loop(spec, f"{start} : {stop}")
+    lines += _EPILOGUE
+    return "\n".join(lines) + "\n"
+
+
+def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+    """Split-KV decode: NSPLIT programs per (batch, head) each take a share of the visible key
+    tiles and write a partial O and LSE; a combine kernel merges them with the online softmax."""
+    lo, hi = _key_range(spec)
+    first = "0" if lo == "0" else f"{lo} // BN"
+    last = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
+    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
+    part = {k: v for k, v in params.items()}
+    comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
+    scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
+    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
+             "# Split-KV: NSPLIT programs per (batch, head) each reduce a share of the visible K/V tiles to a",
+             "# partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
+             *_header("attn_decode_partial", spec, target, part), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
+    lines += _views("o_part[b, h, s]", "lse_part[b, h, s]")
+    if spec.allow_tf32:
+        lines.append("Compute Cast Qr to tf32")
+    lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
+    lines += _EPILOGUE
+    lines += ["", *_header("attn_decode_combine", spec, target, comb, scalars=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
+    lines += [
+        "Allocate O in global (Sq, Dv) at o[b, h]",
+        "Allocate LSE in global (Sq) at lse[b, h]",
+        "Allocate m_i in register (BM) : acc = -inf",
+        "Allocate l_i in register (BM) : acc = 0",
+        "Allocate O_acc in register (BM, Dv) : acc = 0",
+        "for s = 0 : NSPLIT",
+        "    Allocate O_s in global (Sq, Dv) at o_part[b, h, s]",
+        "    Allocate LSE_s in global (Sq) at lse_part[b, h, s]",
+        "    Copy LSE_s (BM) at [m] from global to register lse_s",
+        "    Copy O_s (BM, Dv) at [m, 0] from global to register o_s",
+        "    Compute OnlineSoftmax lse_s state m_i, l_i rescale O_acc and get w",
+        "    Compute Multiply o_s, w and get o_w",
+        "    Compute Add O_acc, o_w",
+        "end",
+        *_EPILOGUE,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ parameters
+
+def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+    d = max(spec.head_dim, spec.head_dim_v)
+    big_smem = target.smem_per_block_optin >= 160 * 1024
+    if target.has_wgmma:
+        # Hopper/Blackwell: a 128-row block is what one warpgroup pair's wgmma wants; wide K/V
+        # tiles pay off while the head dim is small.
+        first = dict(BM=128, BN=128 if d <= 64 else 64, warps=8, stages=3 if d <= 128 else 2)
+        why = "wgmma target: BM=128 with 8 warps (two warpgroups); BN by head dim; 3 stages while tiles are small"
+    elif target.cc >= (8, 0):
+        first = dict(BM=128, BN=64, warps=8 if d > 64 else 4, stages=3 if big_smem and d <= 128 else 2)
+        why = "mma.sync target: BM=128, BN=64 (FlashAttention-2's tiles); stages by shared memory"
+    else:
+        first = dict(BM=64, BN=64, warps=4, stages=2)
+        why = "pre-Ampere target: no cp.async pipelining worth more than 2 stages; BM=BN=64"
+    out = [Candidate(first, why)]
+    # Fallbacks, in order: fewer stages, narrower K/V tiles, shorter query blocks.
+    p = dict(first)
+    while True:
+        if p["stages"] > 1:
+            p = {**p, "stages": p["stages"] - 1}
+            why = "fewer pipeline stages to fit shared memory"
+        elif p["BN"] > 16:
+            p = {**p, "BN": p["BN"] // 2, "stages": first["stages"]}
+            why = "narrower K/V tiles to fit shared memory and registers"
+        elif p["BM"] > 16:
+            p = {**p, "BM": p["BM"] // 2, "warps": max(4, p["warps"] // 2), "stages": first["stages"]}
+            why = "shorter query blocks to fit registers"
+        else:
+            return out
+        out.append(Candidate(dict(p), why))
+
+
+def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+    bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+    tiles = math.ceil(spec.seqlen_k / bn)
+    programs = spec.batch * spec.heads
+    # Enough splits for about two programs per SM, but no more than there are K/V tiles.
+    nsplit = max(1, min(tiles, math.ceil(2 * target.sm_count / programs), 64))
+    nsplit = 1 << (nsplit - 1).bit_length() if nsplit > 1 else 1
+    why = f"decode: BM=16 (the smallest MMA row count), NSPLIT={nsplit} so B*Hq*NSPLIT covers {target.sm_count} SMs about twice"
+    out = [Candidate(dict(BM=16, BN=bn, NSPLIT=nsplit, warps=4, stages=2), why)]
+    if bn > 16:
+        out.append(Candidate(dict(BM=16, BN=bn // 2, NSPLIT=nsplit, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
+    return out
+
+
+def candidates(spec: AttentionSpec, target: Target) -> tuple[str, list[Candidate]]:
+    """The kind of program and its parameter candidates, best first."""
+    if spec.is_decode:
+        return "decode", _decode_candidates(spec, target)
+    return "prefill", _prefill_candidates(spec, target)
+
+
+def source_for(spec: AttentionSpec, target: Target, kind: str, params: dict[str, int]) -> str:
+    return decode_source(spec, target, params) if kind == "decode" else prefill_source(spec, target, params)
+
+
+def plan(spec: AttentionSpec, target: Target, *, skip: int = 0) -> Plan:
+    """The first candidate (after ``skip``) whose TL program the checker accepts for ``target``.
+
+    Raises TLCheckError with the last candidate's findings if none passes (for example a dtype
+    the target's tensor cores lack, which no parameter change fixes)."""
+    kind, cands = candidates(spec, target)
+    rejected: list[str] = []
+    last = None
+    for cand in cands[skip:]:
+        text = source_for(spec, target, kind, cand.params)
+        program = parse(text, file="kernel.tl")
+        result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
+        if result.ok:
+            return Plan(program, text, cand.params, kind, (cand.reason,), result, tuple(rejected))
+        rejected.append(f"{_fmt(cand.params)}: " + "; ".join(f"{f.code} {f.message}" for f in result.errors[:2]))
+        last = result
+        if not any(f.code in ("TL503", "TL504") for f in result.errors):
+            break  # not a resource problem: smaller tiles will not help
+    raise TLCheckError(last.errors if last else [], file="kernel.tl")
+
+
+def _fmt(params: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
