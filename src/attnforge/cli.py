@@ -16,11 +16,13 @@ from typing import Sequence
 from rich.console import Console
 
 from .dtypes import STORAGE_DTYPES
-from .errors import AttnforgeError, Position, TLSyntaxError
-from .spec import add_spec_arguments
-from .targets import format_targets_table, get_target, targets_as_dicts
+from .errors import AttnforgeError, Position, TargetError, TLSyntaxError
+from .spec import add_spec_arguments, spec_from_args
+from .targets import Target, format_targets_table, get_target, targets_as_dicts
 from .tl import catalog
 
+# What `--target auto` generates for on a machine without a GPU.
+DEFAULT_TARGET = "h100"
 RUN_DTYPES = ("float64",) + STORAGE_DTYPES  # float64: exact; a storage format: rounded like a kernel
 
 
@@ -194,6 +196,59 @@ def cmd_spec_validate(ns: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def resolve_target(name: str, console: Console) -> Target:
+    """A table target; ``auto`` is the local GPU, or DEFAULT_TARGET (said aloud) when there is none."""
+    if name != "auto":
+        return get_target(name)
+    try:
+        return get_target("auto")
+    except TargetError as err:
+        console.print(f"note: {err.args[0]}; generating for the default target {DEFAULT_TARGET} (pass --target to choose)", style="yellow", markup=False)
+        return get_target(DEFAULT_TARGET)
+
+
+def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
+    from .generate import generate
+
+    spec = spec_from_args(ns)
+    target = resolve_target(ns.target, console)
+    console.print(f"attnforge generate: {spec.describe()} for {target.name} ({target.sm}) -> {ns.out}", style="bold", markup=False)
+    status = console.status("") if console.is_terminal else contextlib.nullcontext()
+    with status as spinner:
+        def progress(event: str, text: str) -> None:
+            if event == "start":
+                if spinner is not None:
+                    spinner.update(f"{text} ...")
+                return
+            style = {"ok": "green", "fail": "bold red", "info": "dim"}[event]
+            mark = {"ok": "ok  ", "fail": "FAIL", "info": "    "}[event]
+            console.print(f"{mark} {text}", style=style, markup=False, highlight=False)
+        result = generate(spec, target, ns.out, run_verification=not ns.no_verify, progress=progress)
+    _summary(result, console)
+    return 0 if result.ok else 1
+
+
+def _summary(result, console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{result.spec.describe()} on {result.target.name}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    if result.plan is not None:
+        table.add_row("plan", f"{result.plan.kind}: " + ", ".join(f"{k}={v}" for k, v in result.plan.params.items()))
+    for r in result.compile_reports:
+        tc = "tensor cores" if r.tensor_cores_used else "NO tensor cores (FMA only)"
+        table.add_row(f"compile {r.kernel}", f"{r.ptx_target}: {r.registers} regs, {r.shared_bytes / 1024:.0f} KiB shared, {r.spill_bytes} B spills, {', '.join(r.instructions)}; {tc}")
+    v = result.verification
+    if v is not None:
+        table.add_row("verify", f"{sum(c.passed for c in v.cases)}/{len(v.cases)} cases pass on {v.device}; max err(O) {v.max_err_o:.2e}, max err(LSE) {v.max_err_lse:.2e}")
+    table.add_row("time", ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps if s.ok))
+    table.add_row("files", f"{result.out}/kernel.tl, kernel_triton.py, report.json, report.md")
+    verdict = "verified kernel" if result.ok and v is not None else ("kernel generated, not verified (--no-verify)" if result.ok else f"FAILED at {result.failed_step}")
+    table.add_row("result", verdict, style="bold green" if result.ok else "bold red")
+    console.print(table)
+
+
 # ---------------------------------------------------------------- argument parsing
 
 
@@ -209,9 +264,29 @@ def build_parser() -> argparse.ArgumentParser:
                "  attnforge tl library\n"
                "  attnforge tl check gqa_causal_fwd.tl --target h100\n"
                "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,300,437,128 --dtype bf16\n"
-               "  attnforge spec validate myspec.toml",
+               "  attnforge spec validate myspec.toml\n"
+               "  attnforge generate --target h100 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --out out/",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("generate", formatter_class=fmt, help="generate, compile and verify a kernel for a spec and a GPU (the main job)",
+                       description="Plan a TL program for the spec and target, check it, interpret it against the float64\n"
+                                   "reference, translate it to Triton, compile it for the target (no GPU needed: shared\n"
+                                   "memory, registers, spills, tensor-core instructions), and verify the kernel against the\n"
+                                   "reference (natively on a GPU, in Triton's interpreter on a CPU). Writes into --out:\n"
+                                   "kernel.tl, kernel_triton.py (import it and call launch(q, k, v, o, lse, scale=...)),\n"
+                                   "report.json, report.md, build/ (PTX and cubin). Exit 0 verified, 1 a step failed, 2 bad input.",
+                       epilog="examples:\n"
+                              "  attnforge generate --target h100 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --out out/\n"
+                              "  attnforge generate --spec examples/gqa_causal.toml --target a100 --out out-a100/\n"
+                              "  attnforge generate --heads 8 --head-dim 96 --window=256,0 --softcap 30 --out out-swa/\n"
+                              "  attnforge generate --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 8192 --head-dim 128 --out decode/\n"
+                              f"\n--target auto (the default) picks the local GPU; without one it generates for {DEFAULT_TARGET}.")
+    p.add_argument("--target", default="auto", help=f"GPU to generate for: a name from 'attnforge targets' (h100, a100, l4, t4, ...), sm_XX, or auto (default: the local GPU, else {DEFAULT_TARGET})")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the kernel and its reports (created; existing files are overwritten)")
+    p.add_argument("--no-verify", action="store_true", help="stop after compiling (skip running the kernel against the reference)")
+    add_spec_arguments(p)
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("targets", help="print the table of GPU targets", description="Print the GPUs attnforge knows, with their limits, peak rates and tensor-core instructions.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
