@@ -253,7 +253,7 @@ def report_markdown(d: dict) -> str:
     lines = [f"# attnforge kernel: {d['spec_summary']}", "",
              f"- target: {d['target']['name']} ({d['target']['sm']}, {d['target']['product']})",
              f"- status: **{status}**",
-             f"- versions: " + ", ".join(f"{k} {v}" for k, v in d["versions"].items()), ""]
+             "- versions: " + ", ".join(f"{k} {v}" for k, v in d["versions"].items()), ""]
     if d["error"]:
         lines += ["## Failure", "", "```", d["error"], "```", ""]
     if d["plan"]:

@@ -1,0 +1,180 @@
+"""One-line use from PyTorch: ``attnforge.attention(q, k, v, causal=True)``.
+
+Semantics follow ``torch.nn.functional.scaled_dot_product_attention`` where they overlap:
+q is (B, Hq, Sq, D), k is (B, Hkv, Sk, D), v is (B, Hkv, Sk, Dv) (``layout="bshd"`` takes
+(B, S, H, D) tensors, as FlashAttention does, without copying); ``scale`` defaults to
+1/sqrt(D); grouped-query attention follows from Hq being a multiple of Hkv (SDPA's
+``enable_gqa``). Differences, on purpose: ``causal=True`` aligns the mask bottom-right (query i
+sees keys j <= i + Sk - Sq, FlashAttention's and KV-cache decode's convention); SDPA's
+``is_causal`` is top-left, which ``causal_align="top_left"`` gives. The two agree when Sq == Sk.
+A row that sees no key gives O = 0 and log-sum-exp -inf (SDPA gives NaN).
+
+The first call for a new kind of operator generates, compiles and verifies a kernel and caches
+it on disk (``attnforge.cache``); later calls, in this process or others, load it. The call is a
+``torch.library`` custom op (``torch.ops.attnforge.attention``), so ``torch.compile`` graphs can
+hold it. Forward only: inputs that require grad raise (backward is not implemented yet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from .cache import build_or_load, entry_key
+from .errors import AttnforgeError
+from .kernel import GeneratedKernel
+from .spec import AttentionSpec
+from .targets import Target, get_target
+
+# Without a GPU, kernels are generated for this target and run in Triton's interpreter.
+CPU_TARGET = "h100"
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_loaded: dict[tuple[str, str, bool], GeneratedKernel] = {}
+
+
+def load(directory: str | Path) -> GeneratedKernel:
+    """A directory written by ``attnforge generate`` as a callable:
+    ``kernel(q, k, v, scale=..., [softcap=..., window_left=..., alibi_slopes=...]) -> (o, lse)``
+    on BHSD-indexed tensors (GPU tensors natively; CPU tensors through Triton's interpreter)."""
+    path = Path(directory)
+    return GeneratedKernel(path / "kernel_triton.py" if path.is_dir() else path)
+
+
+def _target_for(device: torch.device) -> Target:
+    if device.type == "cuda":
+        cc = torch.cuda.get_device_capability(device)
+        return get_target(f"sm_{cc[0]}{cc[1]}")
+    return get_target(CPU_TARGET)
+
+
+def _spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float], causal: bool, causal_align: str,
+          window_left: Optional[int], window_right: Optional[int], alibi: bool, softcap: Optional[float],
+          score_mod: Optional[str], mask_mod: Optional[str], allow_tf32: bool) -> AttentionSpec:
+    B, Hq, Sq, D = q.shape
+    return AttentionSpec(batch=B, heads=Hq, kv_heads=k.shape[1], seqlen_q=Sq, seqlen_k=k.shape[2], head_dim=D,
+                         head_dim_v=v.shape[3], dtype=_DTYPES[q.dtype], scale=scale, causal=causal, causal_align=causal_align,
+                         window_left=window_left, window_right=window_right, alibi_slopes="auto" if alibi else None,
+                         softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32)
+
+
+def kernel_for(spec: AttentionSpec, device: torch.device) -> GeneratedKernel:
+    """The cached (built on first use) kernel for ``spec`` on ``device``."""
+    target = _target_for(device)
+    interpret = device.type != "cuda"
+    key = (entry_key(spec, target), target.name, interpret)
+    if key not in _loaded:
+        _loaded[key] = GeneratedKernel(build_or_load(spec, target), interpret=interpret)
+    return _loaded[key]
+
+
+def _empty_outputs(q: torch.Tensor, v: torch.Tensor, out_bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    B, Hq, Sq, _ = q.shape
+    Dv = v.shape[3]
+    if out_bshd:
+        o = torch.empty((B, Sq, Hq, Dv), dtype=q.dtype, device=q.device).transpose(1, 2)
+    else:
+        o = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=q.device)
+    return o, torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("attnforge::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor], scale: float,
+                  causal: bool, causal_align: str, window_left: Optional[int], window_right: Optional[int],
+                  softcap: Optional[float], score_mod: Optional[str], mask_mod: Optional[str], allow_tf32: bool,
+                  out_bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
+                 window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
+                 mask_mod=mask_mod, allow_tf32=allow_tf32)
+    kernel = kernel_for(spec, q.device)
+    o, lse = _empty_outputs(q, v, out_bshd)
+    scalars: dict = {"scale": scale}
+    for name, value in (("softcap", softcap), ("window_left", window_left), ("window_right", window_right)):
+        if value is not None:
+            scalars[name] = value
+    if alibi_slopes is not None:
+        scalars["alibi_slopes"] = alibi_slopes
+    kernel.launch(q, k, v, o, lse, **scalars)
+    return o, lse
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, alibi_slopes, scale, causal, causal_align, window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, out_bshd):
+    return _empty_outputs(q, v, out_bshd)
+
+
+def _window(window: None | int | Sequence[Optional[int]], causal: bool) -> tuple[Optional[int], Optional[int]]:
+    if window is None:
+        return None, None
+    if isinstance(window, int) and not isinstance(window, bool):
+        return window, 0 if causal else window
+    if isinstance(window, (tuple, list)) and len(window) == 2:
+        return window[0], window[1]
+    raise AttnforgeError(f"window = {window!r} is not a window", where="window",
+                         hint="an int w (keys within w of the diagonal; only behind it when causal) or (left, right) with None for unbounded")
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise AttnforgeError(f"{name} is a {type(t).__name__}, not a torch.Tensor", where=name)
+        if t.dim() != 4:
+            raise AttnforgeError(f"{name} has shape {tuple(t.shape)}; attention takes 4-d tensors", where=name,
+                                 hint="(batch, heads, seq, head_dim) with layout='bhsd', or (batch, seq, heads, head_dim) with layout='bshd'")
+        if t.dtype not in _DTYPES:
+            raise AttnforgeError(f"{name} is {t.dtype}", where=name, hint="float16, bfloat16 or float32")
+        if t.dtype != q.dtype or t.device != q.device:
+            raise AttnforgeError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}", where=name, hint="q, k and v share one dtype and device")
+    if layout not in ("bhsd", "bshd"):
+        raise AttnforgeError(f"layout = {layout!r}", where="layout", hint="'bhsd' (SDPA) or 'bshd' (FlashAttention)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise AttnforgeError("backward is not supported yet: attnforge generates forward kernels only",
+                             where="attention", hint="call it under torch.no_grad() / torch.inference_mode(), or detach the inputs if no gradient is wanted")
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    causal_align: str = "bottom_right",
+    scale: Optional[float] = None,
+    window: None | int | tuple[Optional[int], Optional[int]] = None,
+    alibi_slopes: None | str | torch.Tensor | Sequence[float] = None,
+    softcap: Optional[float] = None,
+    score_mod: Optional[str] = None,
+    mask_mod: Optional[str] = None,
+    allow_tf32: bool = False,
+    layout: str = "bhsd",
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention with a generated, verified kernel (see the module docstring for semantics).
+
+    ``window``: an int w keeps keys within w of the diagonal (behind it only, when causal), or
+    ``(left, right)`` with None for an unbounded side. ``alibi_slopes``: "auto" (the standard
+    geometric slopes) or Hq numbers. ``softcap``: scores become softcap * tanh(score / softcap).
+    ``score_mod``/``mask_mod``: TL expressions over score, b, h, q_idx, kv_idx, Sq, Sk, Hq, Hkv,
+    e.g. ``score_mod="score - 0.1 * abs(q_idx - kv_idx)"``, ``mask_mod="kv_idx % 4 != 0"``.
+    Returns O in the input layout, and the natural-log log-sum-exp (B, Hq, Sq, fp32) with
+    ``return_lse=True``."""
+    _check_inputs(q, k, v, layout)
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    window_left, window_right = _window(window, causal)
+    spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
+                 window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
+                 mask_mod=mask_mod, allow_tf32=allow_tf32)  # validates every field, naming the bad one
+    slopes = None
+    if alibi_slopes is not None:
+        values = AttentionSpec(heads=q.shape[1], head_dim=q.shape[3], alibi_slopes=alibi_slopes.tolist() if isinstance(alibi_slopes, torch.Tensor) else alibi_slopes).alibi_slopes
+        slopes = torch.tensor(values, dtype=torch.float32, device=q.device)
+    o, lse = _attention_op(q, k, v, slopes, float(spec.scale if scale is None else scale), causal, spec.causal_align,
+                           window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, layout == "bshd")
+    if layout == "bshd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+__all__ = ["attention", "load", "kernel_for"]
