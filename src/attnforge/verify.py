@@ -92,7 +92,7 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
                   CaseShape(2, g, 1, 1, (2 * splits + 1) * bn + 5), CaseShape(1, 4, 4, 3, 3 * bn + 1, "bshd"),
                   CaseShape(1, 4, 1, 1, bn * splits // 2 + 3)]
         if native:
-            shapes += [CaseShape(4, 8 * g, 8, 1, 4099), CaseShape(3, 4 * g, 4, 1, 32769, "bshd")]
+            shapes += [CaseShape(4, 4 * g, 4, 1, 4099), CaseShape(3, 2 * g, 2, 1, 32769, "bshd")]
         return shapes
     shapes = [
         CaseShape(1, 2 * g, 2, 37, 53),
@@ -102,7 +102,8 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
         CaseShape(1, 2, 2, 1, 2 * bn + 3),
     ]
     if native:
-        shapes += [CaseShape(2, 4 * g, 4, 1000, 1037), CaseShape(1, 8 * g, 8, 4096, 4096, "bshd"),
+        # The float64 reference materialises B x Hq x Sq x Sk scores on the host: keep that under ~50M.
+        shapes += [CaseShape(2, 2 * g, 2, 1000, 1037), CaseShape(1, g, 1, 2048, 2048, "bshd"),
                    CaseShape(3, 6, 6, 777, 1999), CaseShape(1, 2 * g, 2, 2049, 300, "bshd")]
     return shapes
 

@@ -168,7 +168,13 @@ def _interpret_jit_device_calls(interp: Any) -> None:
     def device_call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fn not in interpreted:
             interpreted[self.fn] = interp.InterpretedFunction(self.fn)
-        return interpreted[self.fn](*args, **kwargs)
+        # InterpretedFunction.__call__ patches triton.language for the callee and never undoes it;
+        # a later real compile in this process would then see interpreter builtins. Undo it here.
+        scope = interp._patch_lang(self.fn)
+        try:
+            return interpreted[self.fn].rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
 
     JITFunction.__call__ = device_call
 

@@ -1,0 +1,374 @@
+"""Stage 2 (TL -> Triton) against the float64 reference, run on CPU in Triton's interpreter.
+
+Every generated module is written to pytest's tmp_path and loaded with
+``GeneratedKernel(path, interpret=True)``. Tiles are shrunk to 16 rows (BM = BN = 16) and shapes
+stay small with odd lengths, so that several query blocks and K/V tiles with ragged tails run in
+a few seconds per case.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnforge.errors import Position, TranslateError
+from attnforge.kernel import GeneratedKernel
+from attnforge.plan.builtin import plan
+from attnforge.reference import lse_error, relative_error
+from attnforge.spec import AttentionSpec, alibi_slopes_for
+from attnforge.targets import get_target
+from attnforge.tl import catalog, harness
+from attnforge.tl.parser import parse
+from attnforge.translate.to_triton import translate
+from attnforge.verify import LSE_TOLERANCE, O_TOLERANCE, TORCH_DTYPES, CaseShape, verify
+
+H100 = get_target("h100")
+DTYPES = ("fp16", "bf16", "fp32")
+HEAD_DIMS = (32, 40, 64, 96, 128, 192, 256)
+PROGRAMS = tuple(catalog.programs())
+SMALL_TILES = {"BM": 16, "BN": 16}
+TL_STATEMENT = re.compile(r"^\s*(Allocate|Copy|Compute|Reshape|for|end)\b")
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def small_params(program_name: str) -> dict[str, int]:
+    """BM = BN = 16; the decode program already has BM = 16 and only its BN shrinks."""
+    return {"BN": 16} if program_name.startswith("decode") else dict(SMALL_TILES)
+
+
+def load_module(source: str, tmp_path: Path, name: str = "kernel_triton.py") -> GeneratedKernel:
+    path = tmp_path / name
+    path.write_text(source)
+    return GeneratedKernel(path, interpret=True)
+
+
+def make_input(gen: torch.Generator, B: int, H: int, S: int, D: int, dtype: torch.dtype, layout: str, hot: bool = False) -> torch.Tensor:
+    """A BHSD-indexed tensor; ``bshd``: made (B, S, H, D) contiguous and passed as a transposed view."""
+    if layout == "bshd":
+        x = torch.randn(B, S, H, D, generator=gen, dtype=torch.float64).transpose(1, 2)
+    else:
+        x = torch.randn(B, H, S, D, generator=gen, dtype=torch.float64)
+    if hot:  # logits near +-1000: a kernel that skips the running-max subtraction overflows
+        x[:, :, :: harness.HOT_EVERY] *= harness.HOT_SCALE
+    return x.to(dtype)
+
+
+def poisoned(B: int, H: int, S: int, D: int, dtype: torch.dtype, layout: str) -> torch.Tensor:
+    if layout == "bshd":
+        return torch.full((B, S, H, D), math.nan, dtype=dtype).transpose(1, 2)
+    return torch.full((B, H, S, D), math.nan, dtype=dtype)
+
+
+def run_program(program, shape: harness.Shape, dtype: str, layout: str, tmp_path: Path, seed: int = 0) -> tuple[float, float]:
+    """Translate ``program`` (already specialised), run it in the interpreter, return (err O, err LSE)."""
+    module = translate(program, head_dim=shape.D, head_dim_v=shape.Dv)
+    kernel = load_module(module.source, tmp_path)
+    tdtype = TORCH_DTYPES[dtype]
+    gen = torch.Generator().manual_seed(seed)
+    q = make_input(gen, shape.B, shape.Hq, shape.Sq, shape.D, tdtype, layout, hot=True)
+    k = make_input(gen, shape.B, shape.Hkv, shape.Sk, shape.D, tdtype, layout)
+    v = make_input(gen, shape.B, shape.Hkv, shape.Sk, shape.Dv, tdtype, layout)
+    if layout == "bshd":
+        assert not q.is_contiguous() and q.stride(1) == shape.D  # heads are the inner stride
+    o = poisoned(shape.B, shape.Hq, shape.Sq, shape.Dv, tdtype, layout)
+    lse = torch.full((shape.B, shape.Hq, shape.Sq), math.nan, dtype=torch.float32)
+    scalars = harness.default_scalars(program, shape)
+    slopes = np.array(alibi_slopes_for(shape.Hq))
+    kernel.launch(q, k, v, o, lse, **scalars, alibi_slopes=torch.tensor(slopes, dtype=torch.float32))
+    ref_o, ref_lse = harness.reference_for(program, shape, *(t.double().numpy() for t in (q, k, v)), scalars, slopes)
+    return relative_error(o.double().numpy(), ref_o), lse_error(lse.double().numpy(), ref_lse)
+
+
+# ------------------------------------------------------------------------------ canonical programs
+# Each program runs 7 cases: every head dim once, dtypes rotated so each program sees all three
+# (the rotation is offset per program, so each (program, dtype) pair meets different head dims).
+# Every third case has Dv != D; odd cases use BSHD strides.
+
+PREFILL_SHAPES = [  # (B, Hq, Hkv, Sq, Sk)
+    (1, 4, 2, 37, 53),
+    (2, 2, 1, 45, 19),  # Sq > Sk: rows with no visible key under bottom-right causal
+    (1, 3, 3, 33, 67),
+    (2, 8, 2, 17, 17),
+    (1, 6, 2, 1, 49),  # one query row
+    (1, 2, 2, 70, 99),
+    (2, 4, 4, 29, 31),
+]
+DECODE_SHAPES = [  # Sq = 1 (and a few queries); Sk over more tiles than NSPLIT=8 covers evenly
+    (2, 4, 2, 1, 83),
+    (1, 8, 2, 3, 99),
+    (1, 2, 1, 1, 1),
+    (2, 4, 4, 5, 37),
+    (1, 4, 1, 1, 50),  # MQA
+    (1, 6, 3, 2, 17),
+    (2, 2, 2, 1, 96),
+]
+
+
+def _catalog_cases():
+    cases = []
+    for p, name in enumerate(PROGRAMS):
+        shapes = DECODE_SHAPES if name.startswith("decode") else PREFILL_SHAPES
+        for i, d in enumerate(HEAD_DIMS):
+            dtype = DTYPES[(p + i) % 3]
+            dv = HEAD_DIMS[(i + 3) % len(HEAD_DIMS)] if i % 3 == 2 else d
+            layout = "bshd" if i % 2 else "bhsd"
+            cases.append(pytest.param(name, dtype, d, dv, shapes[(i + p) % len(shapes)], layout,
+                                      id=f"{name[:-3]}-{dtype}-D{d}-Dv{dv}-{layout}"))
+    return cases
+
+
+CATALOG_CASES = _catalog_cases()
+
+
+def test_catalog_cases_cover_every_dtype_and_head_dim():
+    seen: dict[str, tuple[set, set]] = {name: (set(), set()) for name in PROGRAMS}
+    for case in CATALOG_CASES:
+        name, dtype, d, dv, _, _ = case.values
+        seen[name][0].add(dtype)
+        seen[name][1].update({d, dv})
+    for name, (dtypes, dims) in seen.items():
+        assert dtypes == set(DTYPES), name
+        assert dims == set(HEAD_DIMS), name
+    assert any(c.values[2] != c.values[3] for c in CATALOG_CASES)
+    assert any(c.values[5] == "bshd" for c in CATALOG_CASES)
+    assert len(PROGRAMS) >= 7 and "decode_split_kv.tl" in PROGRAMS
+
+
+@pytest.mark.parametrize("name, dtype, d, dv, sizes, layout", CATALOG_CASES)
+def test_catalog_program_matches_reference(name, dtype, d, dv, sizes, layout, tmp_path):
+    program = harness.specialize(catalog.load(name), dtype=dtype, params=small_params(name))
+    shape = harness.Shape(*sizes, d, dv)
+    err_o, err_lse = run_program(program, shape, dtype, layout, tmp_path, seed=d + dv)
+    assert err_o <= O_TOLERANCE[dtype], f"{name} {shape} {dtype} {layout}: err(O) = {err_o:.3e}"
+    assert err_lse <= LSE_TOLERANCE[dtype], f"{name} {shape} {dtype} {layout}: err(LSE) = {err_lse:.3e}"
+
+
+def test_unwritten_output_is_caught_by_the_nan_poison(tmp_path):
+    """The comparison the catalog tests rely on: an output the kernel never writes stays NaN and fails."""
+    name = "gqa_fwd.tl"
+    program = harness.specialize(catalog.load(name), dtype="fp16", params=small_params(name))
+    shape = harness.Shape(1, 2, 1, 37, 41, 32, 32)
+    module = translate(program, head_dim=32)
+    store = "mask=(O_rows < Sq)[:, None]"
+    assert module.source.count(store) == 1
+    kernel = load_module(module.source.replace(store, "mask=(O_rows < Sq - 2)[:, None]"), tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (make_input(gen, 1, h, s, 32, torch.float16, "bhsd") for h, s in ((2, 37), (1, 41), (1, 41)))
+    o = poisoned(1, 2, 37, 32, torch.float16, "bhsd")
+    lse = torch.full((1, 2, 37), math.nan)
+    kernel.launch(q, k, v, o, lse, scale=1 / math.sqrt(32))
+    assert torch.isnan(o[:, :, -2:]).all() and not torch.isnan(o[:, :, :-2]).any()
+    ref_o, _ = harness.reference_for(program, shape, q.double().numpy(), k.double().numpy(), v.double().numpy(), {"scale": 1 / math.sqrt(32)}, None)
+    assert relative_error(o.double().numpy(), ref_o) == math.inf
+
+
+# ------------------------------------------------------------------------------ planned programs
+
+def planned_kernel(spec: AttentionSpec, tmp_path: Path, **overrides: int) -> tuple[GeneratedKernel, dict[str, int], str]:
+    """The planner's program for ``spec`` on H100 with 16-row tiles, translated and loaded."""
+    pl = plan(spec, H100)
+    params = {"BN": 16} if pl.kind == "decode" else dict(SMALL_TILES)
+    params.update(overrides)
+    program = harness.specialize(pl.program, params=params)
+    module = translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v)
+    return load_module(module.source, tmp_path), {**pl.params, **params}, module.source
+
+
+def assert_verified(kernel: GeneratedKernel, spec: AttentionSpec, params: dict, shapes: list[CaseShape]) -> None:
+    record = verify(kernel, spec, params, shapes=shapes)
+    assert len(record.cases) == len(shapes)
+    assert record.passed, "\n".join(
+        f"{c.shape}: err(O)={c.err_o:.3e}/{c.tol_o:.0e} err(LSE)={c.err_lse:.3e}/{c.tol_lse:.0e} {c.error or ''}" for c in record.cases)
+
+
+COMPOSED = {
+    # causal top-left with Sq != Sk both ways (the keys past Sq are never visible; late rows see all)
+    "causal_top_left": (
+        dict(heads=4, kv_heads=2, seqlen_q=37, seqlen_k=69, head_dim=64, dtype="bf16", causal=True, causal_align="top_left"),
+        [CaseShape(1, 4, 2, 37, 69), CaseShape(2, 4, 2, 69, 37, "bshd"), CaseShape(1, 2, 1, 1, 33)],
+    ),
+    # a one-sided window (left only, no causal): the K/V loop starts past tile 0 for late blocks
+    "window_left_only": (
+        dict(heads=4, kv_heads=4, seqlen_q=61, seqlen_k=77, head_dim=32, dtype="fp16", window_left=13),
+        [CaseShape(1, 4, 4, 61, 77), CaseShape(1, 2, 1, 83, 41, "bshd")],
+    ),
+    "window_two_sided": (
+        dict(heads=6, kv_heads=2, seqlen_q=53, seqlen_k=53, head_dim=40, head_dim_v=64, dtype="bf16", window_left=9, window_right=5),
+        [CaseShape(1, 6, 2, 53, 53), CaseShape(2, 2, 2, 29, 71, "bshd"), CaseShape(1, 2, 1, 71, 29)],
+    ),
+    "causal_window_left": (
+        dict(heads=2, seqlen_q=45, seqlen_k=45, head_dim=64, dtype="fp32", causal=True, window_left=20),
+        [CaseShape(1, 2, 2, 45, 67), CaseShape(1, 2, 2, 67, 45, "bshd")],
+    ),
+    "alibi_softcap_causal": (
+        dict(heads=4, kv_heads=2, seqlen_q=41, seqlen_k=57, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto", softcap=2.0),
+        [CaseShape(1, 4, 2, 41, 57), CaseShape(1, 8, 2, 57, 41, "bshd")],
+    ),
+    "score_mod": (
+        dict(heads=4, kv_heads=2, seqlen_q=39, seqlen_k=51, head_dim=32, dtype="fp16", score_mod="score - 0.05 * abs(q_idx - kv_idx)"),
+        [CaseShape(1, 4, 2, 39, 51), CaseShape(2, 2, 1, 51, 39, "bshd")],
+    ),
+    "mask_mod": (
+        dict(heads=4, kv_heads=2, seqlen_q=39, seqlen_k=51, head_dim=32, dtype="bf16", mask_mod="(kv_idx + q_idx) % 3 != 0"),
+        [CaseShape(1, 4, 2, 39, 51), CaseShape(1, 2, 2, 51, 39, "bshd")],
+    ),
+    # score_mod reading a negative difference through floor division (the floordiv helper), with causal
+    "score_mod_floordiv_causal": (
+        dict(heads=2, seqlen_q=35, seqlen_k=49, head_dim=32, dtype="fp32", causal=True, score_mod="score + 0.25 * ((q_idx - kv_idx) // 5)"),
+        [CaseShape(1, 2, 2, 35, 49), CaseShape(1, 2, 2, 49, 35, "bshd")],
+    ),
+    "mqa": (
+        dict(heads=8, kv_heads=1, seqlen_q=47, seqlen_k=59, head_dim=96, dtype="fp16"),
+        [CaseShape(1, 8, 1, 47, 59), CaseShape(2, 4, 1, 23, 37, "bshd")],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_planned_program_matches_reference(name, tmp_path):
+    fields, shapes = COMPOSED[name]
+    spec = AttentionSpec(**fields)
+    kernel, params, _ = planned_kernel(spec, tmp_path)
+    assert_verified(kernel, spec, params, shapes)
+
+
+@pytest.mark.parametrize("nsplit", [None, 4])
+def test_planned_decode_matches_reference(nsplit, tmp_path):
+    """Split-KV decode: the planner's NSPLIT, and NSPLIT = 4 with more splits than some shapes have tiles."""
+    spec = AttentionSpec(batch=2, heads=8, kv_heads=2, seqlen_q=1, seqlen_k=90, head_dim=64, dtype="bf16")
+    overrides = {} if nsplit is None else {"NSPLIT": nsplit}
+    kernel, params, source = planned_kernel(spec, tmp_path, **overrides)
+    assert "def attn_decode_partial(" in source and "def attn_decode_combine(" in source
+    assert_verified(kernel, spec, params, [CaseShape(2, 8, 2, 1, 90), CaseShape(1, 4, 1, 1, 37, "bshd"),
+                                           CaseShape(1, 2, 2, 1, 1), CaseShape(1, 4, 4, 3, 65, "bshd")])
+
+
+def test_planned_decode_with_window_matches_reference(tmp_path):
+    spec = AttentionSpec(heads=4, kv_heads=1, seqlen_q=1, seqlen_k=97, head_dim=32, dtype="fp16", causal=True, window_left=21)
+    kernel, params, _ = planned_kernel(spec, tmp_path, NSPLIT=2)
+    assert_verified(kernel, spec, params, [CaseShape(1, 4, 1, 1, 97), CaseShape(2, 4, 1, 1, 15, "bshd")])
+
+
+@settings(max_examples=15, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    sq=st.integers(1, 70),
+    sk=st.integers(1, 70),
+    group=st.sampled_from([1, 2, 4]),
+    hkv=st.integers(1, 2),
+    d=st.sampled_from([16, 24, 32, 48, 64]),
+    causal=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    bshd=st.booleans(),
+)
+def test_planned_kernel_property(tmp_path_factory, sq, sk, group, hkv, d, causal, dtype, bshd):
+    spec = AttentionSpec(heads=group * hkv, kv_heads=hkv, seqlen_q=sq, seqlen_k=sk, head_dim=d, dtype=dtype, causal=causal)
+    kernel, params, _ = planned_kernel(spec, tmp_path_factory.mktemp("prop"))
+    assert_verified(kernel, spec, params, [CaseShape(1, group * hkv, hkv, sq, sk, "bshd" if bshd else "bhsd")])
+
+
+# ------------------------------------------------------------------------------ translator errors
+
+def _gqa_fwd_text() -> str:
+    return catalog.source("gqa_fwd")
+
+
+def test_non_power_of_two_tile_is_refused_with_a_position():
+    program = harness.specialize(catalog.load("gqa_fwd"), params={"BM": 24, "BN": 16})
+    with pytest.raises(TranslateError) as info:
+        translate(program, head_dim=64)
+    err = info.value
+    assert "power of two" in err.message and "BM = 24" in err.message
+    assert isinstance(err.where, Position) and err.where.line > 0 and err.where.col > 0
+    assert err.where.file == "gqa_fwd.tl"
+    line = _gqa_fwd_text().splitlines()[err.where.line - 1]
+    assert "BM" in line and line.lstrip().startswith(("Allocate", "Copy")), line
+    assert err.hint and "16" in err.hint
+
+
+def test_non_power_of_two_kv_tile_is_refused():
+    program = harness.specialize(catalog.load("gqa_causal_fwd"), params={"BN": 48})
+    with pytest.raises(TranslateError, match="power of two"):
+        translate(program, head_dim=64)
+
+
+def test_grid_extent_depending_on_another_axis_is_refused():
+    grid = "grid b : B, h : Hq, m : cdiv(Sq, BM)"
+    text = _gqa_fwd_text()
+    assert text.count(grid) == 1
+    bad = text.replace(grid, "grid b : B, h : Hq, m : cdiv(Sq, BM) + h")
+    program = parse(bad, file="ragged_grid.tl")
+    with pytest.raises(TranslateError) as info:
+        translate(program, head_dim=64)
+    err = info.value
+    assert "grid extent of m depends on another grid axis" in err.message
+    assert isinstance(err.where, Position) and err.where.file == "ragged_grid.tl"
+    assert bad.splitlines()[err.where.line - 1].startswith("grid ")
+
+
+def test_open_parameter_is_refused():
+    path = Path(__file__).parent / "tl_faults" / "tl106_open_parameter.tl"
+    program = parse(path.read_text(), file=path.name)
+    with pytest.raises(TranslateError) as info:
+        translate(program, head_dim=128)
+    assert "parameter BN is open" in info.value.message
+    assert isinstance(info.value.where, Position)
+
+
+@pytest.mark.parametrize("head_dim", [0, 1025])
+def test_head_dim_outside_range_is_refused(head_dim):
+    with pytest.raises(TranslateError, match="outside 1..1024"):
+        translate(catalog.load("gqa_fwd"), head_dim=head_dim)
+
+
+# ------------------------------------------------------------------------------ generated source
+
+def _statement_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if TL_STATEMENT.match(line)]
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_generated_source_comments_every_tl_statement_and_compiles(name):
+    program = harness.specialize(catalog.load(name), params=small_params(name))
+    module = translate(program, head_dim=40, head_dim_v=48)
+    src = module.source
+    comments = [line.strip()[len("# TL: "):] for line in src.splitlines() if line.strip().startswith("# TL: ")]
+    statements = _statement_lines(catalog.source(name))
+    assert statements, name
+    assert comments == statements  # every statement, once, in order
+    compile(src, f"{name}.py", "exec")
+    for generated in ("O_acc", "m_i", "l_i", "def launch(", "def check_arguments(", "@triton.jit", "D_PAD", "DV_PAD"):
+        assert generated in src, generated
+    assert "HEAD_DIM = 40" in src and "HEAD_DIM_V = 48" in src
+    assert [k.name for k in module.kernels] == [k.name for k in program.kernels]
+    for k in module.kernels:
+        assert f"def {k.name}(" in src
+        assert k.constexprs["D_PAD"] == 64 and k.constexprs["DV_PAD"] == 64
+
+
+def test_planned_source_comments_every_tl_statement():
+    spec = AttentionSpec(heads=4, seqlen_q=33, head_dim=64, causal=True, alibi_slopes="auto", softcap=3.0,
+                         window_left=7, score_mod="score * 0.5", mask_mod="kv_idx != 3")
+    pl = plan(spec, H100)
+    module = translate(harness.specialize(pl.program, params=SMALL_TILES), head_dim=64)
+    for statement in _statement_lines(pl.source):
+        assert f"# TL: {statement}" in module.source, statement
+    compile(module.source, "planned.py", "exec")
+
+
+def test_generated_module_loads_and_reports_its_specialisation(tmp_path):
+    program = harness.specialize(catalog.load("gqa_fwd"), dtype="fp16", params=SMALL_TILES)
+    kernel = load_module(translate(program, head_dim=40, head_dim_v=96).source, tmp_path)
+    assert (kernel.head_dim, kernel.head_dim_v) == (40, 96)
+    assert kernel.dtypes["q"] == torch.float16 and kernel.dtypes["lse"] == torch.float32
+    q = torch.zeros(1, 2, 5, 64, dtype=torch.float16)  # wrong head dim: refused before launching
+    with pytest.raises(ValueError, match="head dims"):
+        kernel(q, q, torch.zeros(1, 2, 5, 96, dtype=torch.float16))
