@@ -184,7 +184,7 @@ def generate(
 
                 def case_done(done: int, total: int, case) -> None:
                     mark = "ok" if case.passed else "FAIL"
-                    say("info", f"  verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e}, err(LSE) {case.err_lse:.2e} {mark}")
+                    say("info", f"  verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e} (bound {case.tol_o:.0e}), err(LSE) {case.err_lse:.2e} (bound {case.tol_lse:.1e}) {mark}")
                 rec = verify(kernel, spec, result.plan.params, progress=case_done)
                 result.verification = rec
                 bad = [c for c in rec.cases if not c.passed]

@@ -26,8 +26,14 @@ from .tl.parser import parse_expr
 
 # Relative error bounds on O (||out - ref|| / ||ref||) by what the GEMMs read; see DESIGN.md.
 O_TOLERANCE = {**TOLERANCE, "tf32": 2e-3}
-# Bounds on max |lse - ref| / (1 + |ref|): the LSE is fp32 whatever the inputs; tf32 scores are coarser.
-LSE_TOLERANCE = {"fp16": 1e-5, "bf16": 1e-5, "fp32": 1e-5, "tf32": 2e-3}
+# The log-sum-exp is checked row by row against |lse - ref| <= LSE_TOLERANCE * (1 + |ref|) + the
+# error bound of the row's scores (lse is 1-Lipschitz in the scores under the max norm). A score
+# is an fp32 sum of D products: its error is at most (operand rounding + D * 2^-23) * scale *
+# sum_d |q_d| |k_d| (2^-23: tensor cores truncate while accumulating). With logits near 1000
+# (the hot rows) and D = 256 that bound, not the 1e-5, dominates.
+LSE_TOLERANCE = {"fp16": 1e-5, "bf16": 1e-5, "fp32": 1e-5, "tf32": 1e-5}
+OPERAND_ROUNDING = {"fp16": 0.0, "bf16": 0.0, "fp32": 2.0**-24, "tf32": 2.0**-10}  # products exact in fp32 for 16-bit inputs
+ACCUMULATE_UNIT = 2.0**-23
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -176,9 +182,34 @@ def run_case(kernel: GeneratedKernel, spec: AttentionSpec, shape: CaseShape, see
     seconds = time.perf_counter() - start
     ref_o, ref_lse = reference(spec, shape, *(t.double().cpu().numpy() for t in (q, k, v)), slopes)
     err_o = relative_error(o.double().cpu().numpy(), ref_o)
-    err_lse = lse_error(lse.double().cpu().numpy(), ref_lse)
-    passed = err_o <= tol_o and err_lse <= tol_lse  # NaN compares false: never passes
+    out_lse = lse.double().cpu().numpy()
+    err_lse = lse_error(out_lse, ref_lse)
+    lse_ok, tol_lse = _lse_within_bound(out_lse, ref_lse, score_error_bound(q, k, spec.scale, fmt), tol_lse)
+    passed = err_o <= tol_o and err_lse < math.inf and lse_ok  # NaN compares false: never passes
     return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, seconds, passed)
+
+
+def score_error_bound(q: torch.Tensor, k: torch.Tensor, scale: float, fmt: str) -> np.ndarray:
+    """Per query row (B, Hq, Sq): the largest error any of its fp32-accumulated scores may carry."""
+    group = q.shape[1] // k.shape[1]
+    qa = q.abs().float()
+    ka = k.abs().float().repeat_interleave(group, dim=1)
+    worst = (qa @ ka.transpose(-1, -2)).amax(dim=-1)  # max over keys of sum_d |q_d| |k_d|
+    unit = OPERAND_ROUNDING[fmt] + q.shape[-1] * ACCUMULATE_UNIT
+    return (unit * abs(scale) * worst).double().cpu().numpy()
+
+
+def _lse_within_bound(out: np.ndarray, ref: np.ndarray, score_bound: np.ndarray, base: float) -> tuple[bool, float]:
+    """Whether every finite row is within its bound, and the bound (relative to 1 + |ref|) at the
+    row closest to failing, for the report. Masked rows (-inf) and NaN are judged by lse_error."""
+    finite = np.isfinite(ref) & np.isfinite(out)
+    if not finite.any():
+        return True, base
+    scale = 1.0 + np.abs(ref[finite])
+    allowed = base * scale + score_bound[finite]
+    ratio = np.abs(out[finite] - ref[finite]) / allowed
+    worst = int(np.argmax(ratio))
+    return bool(ratio[worst] <= 1.0), float(allowed[worst] / scale[worst])
 
 
 def verify(
