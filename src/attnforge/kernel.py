@@ -12,6 +12,7 @@ import importlib.util
 import inspect
 import math
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -75,8 +76,10 @@ class GeneratedKernel:
         if missing:
             raise AttnforgeError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
         if self.interpret:
-            # numpy warns on the inf/nan the kernel computes on purpose (masked scores, empty rows)
-            with interpreting(), np.errstate(all="ignore"):
+            # numpy warns on the inf/nan the kernel computes on purpose (masked scores, empty rows),
+            # and Triton's interpreter on its own use of numpy (__index__ of 1-element arrays).
+            with interpreting(), np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
                 self.module.launch(q, k, v, o, lse, **kwargs)
         else:
             self.module.launch(q, k, v, o, lse, **kwargs)

@@ -247,11 +247,11 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
 def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     d = max(spec.head_dim, spec.head_dim_v)
     big_smem = target.smem_per_block_optin >= 160 * 1024
-    if target.has_wgmma:
-        # Hopper/Blackwell: a 128-row block is what one warpgroup pair's wgmma wants; wide K/V
-        # tiles pay off while the head dim is small.
+    if target.has_wgmma or target.has_tcgen05:
+        # Hopper/Blackwell: 128-row blocks are what wgmma (two warpgroups) and tcgen05 want; wide
+        # K/V tiles pay off while the head dim is small.
         first = dict(BM=128, BN=128 if d <= 64 else 64, warps=8, stages=3 if d <= 128 else 2)
-        why = "wgmma target: BM=128 with 8 warps (two warpgroups); BN by head dim; 3 stages while tiles are small"
+        why = f"{'wgmma' if target.has_wgmma else 'tcgen05'} target: BM=128 with 8 warps; BN by head dim; 3 stages while tiles are small"
     elif target.cc >= (8, 0):
         first = dict(BM=128, BN=64, warps=8 if d > 64 else 4, stages=3 if big_smem and d <= 128 else 2)
         why = "mma.sync target: BM=128, BN=64 (FlashAttention-2's tiles); stages by shared memory"
