@@ -186,18 +186,27 @@ _EPILOGUE = [
 ]
 
 
-def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+def _visible_tiles(spec: AttentionSpec) -> tuple[str, str]:
+    """The first K/V tile and one past the last that query block m can see."""
     lo, hi = _key_range(spec)
-    start = "0" if lo == "0" else f"{lo} // BN"
+    first = "0" if lo == "0" else f"{lo} // BN"
+    last = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
+    return first, last
+
+
+def _query_block(spec: AttentionSpec, out_o: str, out_lse: str) -> list[str]:
+    """Views, state and the query tile (cast for tf32 GEMMs when the spec allows them)."""
+    return _views(out_o, out_lse) + (["Compute Cast Qr to tf32"] if spec.allow_tf32 else [])
+
+
+def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+    first, last = _visible_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# One program computes BM query rows of one (batch, query head) and streams K/V in BN-row tiles,",
              "# loading only the tiles its rows can see.",
              *_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
-    lines += _views("o[b, h]", "lse[b, h]")
-    if spec.allow_tf32:
-        lines.append("Compute Cast Qr to tf32")
-    stop = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
-    lines += _tile_loop(spec, f"{start} : {stop}")
+    lines += _query_block(spec, "o[b, h]", "lse[b, h]")
+    lines += _tile_loop(spec, f"{first} : {last}")
     lines += _EPILOGUE
     return "\n".join(lines) + "\n"
 
@@ -205,20 +214,15 @@ def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) 
 def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """Split-KV decode: NSPLIT programs per (batch, head) each take a share of the visible key
     tiles and write a partial O and LSE; a combine kernel merges them with the online softmax."""
-    lo, hi = _key_range(spec)
-    first = "0" if lo == "0" else f"{lo} // BN"
-    last = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
+    first, last = _visible_tiles(spec)
     share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    part = {k: v for k, v in params.items()}
     comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
     scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
     lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# Split-KV: NSPLIT programs per (batch, head) each reduce a share of the visible K/V tiles to a",
              "# partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
-             *_header("attn_decode_partial", spec, target, part), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
-    lines += _views("o_part[b, h, s]", "lse_part[b, h, s]")
-    if spec.allow_tf32:
-        lines.append("Compute Cast Qr to tf32")
+             *_header("attn_decode_partial", spec, target, params), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
+    lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
     lines += ["", *_header("attn_decode_combine", spec, target, comb, scalars=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
