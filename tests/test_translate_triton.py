@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnforge.errors import Position, TLCheckError, TranslateError
+from attnforge.errors import Position, TranslateError
 from attnforge.kernel import GeneratedKernel
 from attnforge.plan.builtin import plan
 from attnforge.reference import lse_error, relative_error
@@ -261,15 +261,34 @@ def test_planned_decode_with_alibi_causal_score_mod_matches_reference(tmp_path):
     assert_verified(kernel, spec, params, [CaseShape(1, 4, 1, 1, 97), CaseShape(2, 4, 1, 1, 15, "bshd")])
 
 
-@pytest.mark.xfail(raises=TLCheckError, strict=True, reason=(
-    "src bug: plan/builtin.py decode_source gives the combine kernel the spec's 'computes' features "
-    "(window, softcap) but no 'scalar' line (_header(..., scalars=False)), so the checker rejects it with TL105"))
 @pytest.mark.parametrize("fields", [dict(causal=True, window_left=21), dict(window_left=9, window_right=4), dict(softcap=2.0)],
                          ids=["causal_window_left", "window_two_sided", "softcap"])
 def test_planned_decode_with_runtime_scalar_feature_matches_reference(fields, tmp_path):
     spec = AttentionSpec(heads=4, kv_heads=1, seqlen_q=1, seqlen_k=97, head_dim=32, dtype="fp16", **fields)
     kernel, params, _ = planned_kernel(spec, tmp_path, NSPLIT=2)
     assert_verified(kernel, spec, params, [CaseShape(1, 4, 1, 1, 97), CaseShape(2, 4, 1, 1, 15, "bshd")])
+
+
+# Modifier expressions with TL's Python semantics that C-style Triton would get wrong without
+# care: floor division and modulo of negative and float operands, ceiling division of negative
+# numbers, and float functions of integer indices.
+EXPRESSIONS = [
+    pytest.param("score + cdiv(kv_idx - q_idx, 4)", id="cdiv_negative"),
+    pytest.param("score + (q_idx - 20) // 2.5", id="float_floordiv"),
+    pytest.param("score % 1.0", id="float_floormod"),
+    pytest.param("score + exp(-kv_idx)", id="exp_of_index"),
+    pytest.param("score - 0.5 * sqrt(abs(q_idx - kv_idx))", id="sqrt_of_index"),
+    pytest.param("score + (kv_idx - q_idx) % 5 - (q_idx - kv_idx) // 4", id="int_floor_ops"),
+    pytest.param("score + abs(score) % 2.0 + tanh(q_idx - kv_idx) + 1 / (kv_idx + 1)", id="float_ops"),
+    pytest.param("where(q_idx > kv_idx, 1, 2) * score - min(kv_idx, 5.5) + cdiv(Sk, 7)", id="where_min_cdiv"),
+]
+
+
+@pytest.mark.parametrize("score_mod", EXPRESSIONS)
+def test_score_mod_expression_matches_reference(score_mod, tmp_path):
+    spec = AttentionSpec(heads=2, seqlen_q=29, head_dim=32, dtype="fp32", score_mod=score_mod)
+    kernel, params, _ = planned_kernel(spec, tmp_path)
+    assert_verified(kernel, spec, params, [CaseShape(1, 2, 2, 29, 37)])
 
 
 @settings(max_examples=15, deadline=None, database=None, derandomize=True,

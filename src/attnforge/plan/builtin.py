@@ -122,14 +122,16 @@ def _score_mods(spec: AttentionSpec) -> list[str]:
     return mods
 
 
-def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scalars: bool = True) -> list[str]:
+def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scores: bool = True) -> list[str]:
+    """A kernel header; ``scores=False`` for a kernel that only merges partial results (decode's
+    combine), which computes no feature and reads no scalar."""
     lines = [f"kernel {name}", f"target {target.sm}"]
     feats = _features(spec)
-    if feats:
+    if feats and scores:
         lines.append("computes " + ", ".join(feats))
     lines.append(f"dtype qkv = {spec.dtype}, acc = fp32, out = {spec.dtype}")
     lines.append("param " + ", ".join(f"{k} = {v}" for k, v in params.items()))
-    if scalars:
+    if scores:
         lines.append("scalar " + ", ".join(_scalars(spec)))
     return lines
 
@@ -225,7 +227,7 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
     lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, comb, scalars=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
+    lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
     lines += [
         "Allocate O in global (Sq, Dv) at o[b, h]",
         "Allocate LSE in global (Sq) at lse[b, h]",

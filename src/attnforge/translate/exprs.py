@@ -1,8 +1,11 @@
 """TL expressions as Python source: inside a Triton kernel (``device``) or in its launcher (``host``).
 
-TL's integer ``//`` and ``%`` round toward minus infinity (Python); Triton's round toward zero
-(C). Where both operands are provably non-negative the two agree and the plain operator is
-emitted; elsewhere the kernel calls ``floordiv``/``floormod`` helpers that the module defines.
+TL's integer ``//``, ``%`` and ``cdiv`` round toward minus infinity (Python); Triton's round toward
+zero (C). Where both operands are provably non-negative the two agree and the plain operator is
+emitted; elsewhere the kernel calls ``floordiv``/``floormod`` helpers that the module defines. On
+floats (a static type rule: ``score``, float scalars and literals, ``/``, transcendental
+functions, element reads) they become ``floor(a / b)`` forms, and integer arguments of float-only
+functions are widened, as Python would.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ _DEVICE_FUNCS = {
 }
 _HOST_FUNCS = {"min": "min", "max": "max", "abs": "abs", "cdiv": "triton.cdiv"}
 
+# Functions that need a float argument (Triton refuses integers) and return a float.
+_FLOAT_FUNCS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "tanh", "sigmoid", "floor", "ceil"})
+
 # Functions whose result is non-negative when every argument is.
 _MONOTONE_NONNEG = frozenset({"min", "max", "cdiv", "abs", "exp", "exp2", "sqrt", "sigmoid", "floor", "ceil"})
 
@@ -37,6 +43,29 @@ class ExprContext:
     index: Callable[[n.Index], str] | None = None  # element reads (device only)
     helpers: set[str] = field(default_factory=set)  # module helpers used: floordiv, floormod, tanh
     file: str | None = None
+    floats: set[str] = field(default_factory=set)  # TL names holding floats (score, float scalars)
+
+
+def is_float(e: n.Expr, floats: set[str]) -> bool:
+    """Whether ``e`` is a float in the kernel (otherwise an integer or a truth value)."""
+    if isinstance(e, n.Num):
+        return isinstance(e.value, float)
+    if isinstance(e, n.Name):
+        return e.id in floats or e.id == "inf"
+    if isinstance(e, n.Index):
+        return True  # tensors hold floats
+    if isinstance(e, n.Unary):
+        return e.op == "-" and is_float(e.operand, floats)
+    if isinstance(e, n.Binary):
+        if e.op == "/":
+            return True
+        return e.op in ("+", "-", "*", "//", "%") and (is_float(e.left, floats) or is_float(e.right, floats))
+    if isinstance(e, n.Call):
+        if e.func in _FLOAT_FUNCS:
+            return True
+        args = e.args[1:] if e.func == "where" else e.args
+        return any(is_float(a, floats) for a in args)
+    return False
 
 
 def nonnegative(e: n.Expr, known: set[str]) -> bool:
@@ -76,6 +105,10 @@ def device(e: n.Expr, ctx: ExprContext) -> str:
         return f"(-{inner})" if e.op == "-" else f"({inner} == 0)"
     if isinstance(e, n.Binary):
         left, right = device(e.left, ctx), device(e.right, ctx)
+        if e.op in ("//", "%") and (is_float(e.left, ctx.floats) or is_float(e.right, ctx.floats)):
+            # Triton's // and % take integers only; Python's float forms round toward -inf
+            quotient = f"tl.floor({left} / {right})"
+            return quotient if e.op == "//" else f"({left} - {quotient} * {right})"
         if e.op in ("//", "%") and not (nonnegative(e.left, ctx.nonneg) and nonnegative(e.right, ctx.nonneg)):
             helper = "floordiv" if e.op == "//" else "floormod"
             ctx.helpers.add("floordiv")
@@ -83,10 +116,16 @@ def device(e: n.Expr, ctx: ExprContext) -> str:
             return f"{helper}({left}, {right})"
         return f"({left} {_BINARY_PY.get(e.op, e.op)} {right})"
     if isinstance(e, n.Call):
-        args = ", ".join(device(a, ctx) for a in e.args)
+        parts = [device(a, ctx) for a in e.args]
+        if e.func in _FLOAT_FUNCS:  # widen integer arguments (indices) as Python would
+            parts = [p if is_float(a, ctx.floats) else f"({p} * 1.0)" for p, a in zip(parts, e.args)]
+        if e.func == "cdiv" and not all(nonnegative(a, ctx.nonneg) for a in e.args):
+            # tl.cdiv truncates; TL's cdiv(a, b) is -floor(-a / b)
+            ctx.helpers.add("floordiv")
+            return f"(-floordiv(-({parts[0]}), {parts[1]}))"
         if e.func == "tanh":
             ctx.helpers.add("tanh")
-        return f"{_DEVICE_FUNCS[e.func]}({args})"
+        return f"{_DEVICE_FUNCS[e.func]}({', '.join(parts)})"
     if isinstance(e, n.Index):
         if ctx.index is None:
             _fail(e, f"{e.name}[...] cannot be read here", ctx)

@@ -186,7 +186,8 @@ class _KernelTranslator:
     def ctx(self, extra: dict[str, str] | None = None) -> exprs.ExprContext:
         names = dict(self.scope)
         names.update(extra or {})
-        return exprs.ExprContext(names, set(self.nonneg), self._index, self.helpers, self.file)
+        floats = {s for s in self.k.scalars if s not in INT_SCALARS} | {"score"}
+        return exprs.ExprContext(names, set(self.nonneg), self._index, self.helpers, self.file, floats)
 
     def dev(self, e: n.Expr, extra: dict[str, str] | None = None) -> str:
         ctx = self.ctx(extra)
