@@ -43,19 +43,14 @@ def test_generated_kernel_compiles_for_sm80_and_sm90(tmp_path):
     spec = AttentionSpec(heads=4, head_dim=128, dtype="fp16", causal=True)
     for name, want, absent in (("a100", "mma.sync", "wgmma"), ("h100", "wgmma", "mma.sync")):
         target = get_target(name)
-        p = plan(spec, target)
-        module = translate(p.program, head_dim=128)
-        path = tmp_path / f"{name}.py"
-        path.write_text(module.source)
-        fn = getattr(GeneratedKernel(path, interpret=False).module, module.kernels[0].name)
-        info = module.kernels[0]
-        sig, const = info.signature()
-        report, compiled = compile_for_target(fn, sig, const, target, info.num_warps, info.num_stages, divisible=info.divisible_strides((128,)))
-        assert want in report.instructions and absent not in report.instructions
-        assert report.tensor_cores_used
-        ptx = compiled.asm["ptx"]
+        result = generate(spec, target, tmp_path / name, run_verification=False)
+        assert result.ok, result.error
+        for report in result.compile_reports:
+            assert want in report.instructions and absent not in report.instructions
+            assert report.tensor_cores_used and report.spill_bytes == 0
+            check_fits(report, target)  # what generate kept fits
+        ptx = (tmp_path / name / "build" / f"attn_fwd.{name}.ptx").read_text()
         assert ("wgmma.mma_async" in ptx) == (name == "h100")
-        check_fits(report, target)  # the planned kernel fits
 
 
 def test_tiles_too_large_for_the_target_are_rejected_with_what_to_change(tmp_path):

@@ -35,9 +35,10 @@ SHAPES = [
 ]
 assert all(s.Sk >= 3 * BN for s in SHAPES)
 
-# name -> (text in the generated module, what the bug puts there). Each ``old`` occurs exactly
-# once in the module; the test asserts so, so a translator change that renames things fails loudly
-# here instead of silently testing an unmutated kernel.
+# name -> (text in the generated module, what the bug puts there), replaced wherever it occurs,
+# as a translator bug would be (the rescale is in both K/V loops: the off-diagonal and the masked
+# one). The test asserts that ``old`` occurs, so a translator change that renames things fails
+# loudly here instead of silently testing an unmutated kernel.
 MUTATIONS: dict[str, tuple[str, str]] = {
     # (a) Off-by-one causal mask: ``kv_idx < diag`` instead of ``kv_idx <= diag`` drops the diagonal
     # key, so the first visible row of every head sees nothing and each other row loses one key.
@@ -89,7 +90,7 @@ def test_unmutated_source_passes(base_source, tmp_path):
 @pytest.mark.parametrize("bug", sorted(MUTATIONS))
 def test_planted_bug_fails_verification(bug, base_source, tmp_path):
     old, new = MUTATIONS[bug]
-    assert base_source.count(old) == 1, f"{bug}: {old!r} is not in the generated source exactly once"
+    assert base_source.count(old) >= 1, f"{bug}: {old!r} is not in the generated source"
     mutated = base_source.replace(old, new)
     assert mutated != base_source
     compile(mutated, f"{bug}.py", "exec")  # still a valid module: the bug is in what it computes

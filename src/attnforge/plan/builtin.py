@@ -136,7 +136,28 @@ def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, in
     return lines
 
 
-def _tile_loop(spec: AttentionSpec, bounds: str) -> list[str]:
+def _full_tiles(spec: AttentionSpec) -> str | None:
+    """One past the last K/V tile that every row of query block m sees whole (no key masked, no
+    key past Sk), when the spec's masks allow such a split: causal and the K/V tail only."""
+    if spec.window_left is not None or spec.window_right is not None or spec.mask_mod is not None:
+        return None
+    if not spec.causal:
+        return "Sk // BN"
+    # the block's first row m * BM sees keys j <= m * BM + (Sk - Sq) (bottom-right) or j <= m * BM
+    diag = "m * BM + Sk - Sq + 1" if spec.causal_align == "bottom_right" else "m * BM + 1"
+    return f"min(Sk // BN, max(0, {diag}) // BN)"
+
+
+def _tile_loops(spec: AttentionSpec, first: str, last: str) -> list[str]:
+    """The K/V loop; split, where the masks allow, into tiles every row sees whole (no Mask: the
+    off-diagonal blocks) and the rest (diagonal blocks and the ragged tail, masked)."""
+    full = _full_tiles(spec)
+    if full is None or first != "0":
+        return _tile_loop(spec, f"{first} : {last}")
+    return _tile_loop(spec, f"0 : {full}", masked=False) + _tile_loop(spec, f"{full} : {last}")
+
+
+def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True) -> list[str]:
     """The K/V loop body: scores, modifiers, mask, online softmax, P @ V."""
     mma = "tf32" if spec.allow_tf32 else "qkv"
     body = [
@@ -148,8 +169,9 @@ def _tile_loop(spec: AttentionSpec, bounds: str) -> list[str]:
         body.append("    Compute Cast Kr to tf32")
     body += ["    Compute GEMM Qr, Kr^T and get S", "    Compute Multiply S, scale"]
     body += [f"    Compute ScoreMod S with {m}" for m in _score_mods(spec)]
+    if masked:
+        body.append(f"    Compute Mask S keep {_keep(spec)}")
     body += [
-        f"    Compute Mask S keep {_keep(spec)}",
         "    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
         f"    Compute Cast P to {mma}",
         "    Reshape P from mma_c to mma_a",
@@ -205,10 +227,10 @@ def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) 
     first, last = _visible_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# One program computes BM query rows of one (batch, query head) and streams K/V in BN-row tiles,",
-             "# loading only the tiles its rows can see.",
+             "# loading only the tiles its rows can see; tiles every row sees whole skip the mask.",
              *_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
     lines += _query_block(spec, "o[b, h]", "lse[b, h]")
-    lines += _tile_loop(spec, f"{first} : {last}")
+    lines += _tile_loops(spec, first, last)
     lines += _EPILOGUE
     return "\n".join(lines) + "\n"
 

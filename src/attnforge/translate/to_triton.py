@@ -146,6 +146,7 @@ class _KernelTranslator:
         self.helpers: set[str] = set()
         self.nonneg: set[str] = set(SIZE_ARGS) | {"D", "Dv"} | set(self.params) | {g.name for g in kernel.grid}
         self.scope: dict[str, str] = {}  # TL name -> Python expression for expression contexts
+        self.loop_stops: dict[str, n.Expr] = {}  # loop variable -> its (exclusive) upper bound
         for name in SIZE_ARGS + ("D", "Dv"):
             self.scope[name] = name
         for name, value in self.params.items():
@@ -363,7 +364,7 @@ class _KernelTranslator:
             # in-bounds: below the view's extent, and inside the tile where it was padded
             same_extent = tl_expr(size) == tl_expr(extent) and isinstance(coord, n.Num) and coord.value == 0
             conds = []
-            if not same_extent:
+            if not same_extent and not self._tile_inside(coord, size, extent):
                 conds.append(f"({idx} < {self.dev(extent)})")
             if self.pad_needed(size):
                 conds.append(f"(tl.arange(0, {block}) < {self.dev(size)})" if not same_extent else f"({idx} < {self.dev(size)})")
@@ -373,6 +374,20 @@ class _KernelTranslator:
             idx_names.append(idx)
         mask = " & ".join(masks)
         return idx_names, mask, offsets
+
+    def _tile_inside(self, coord: n.Expr, size: n.Expr, extent: n.Expr) -> bool:
+        """Whether tile ``coord`` of ``size`` rows provably ends within ``extent``: the coordinate
+        is a loop variable whose bound is at most ``extent // size`` (the planner writes such
+        bounds for the tiles it knows are whole), so the load needs no bounds mask."""
+        if not isinstance(coord, n.Name) or coord.id not in self.loop_stops:
+            return False
+        whole = tl_expr(n.Binary("//", extent, size))
+
+        def within(stop: n.Expr) -> bool:
+            if tl_expr(stop) == whole:
+                return True
+            return isinstance(stop, n.Call) and stop.func == "min" and any(within(a) for a in stop.args)
+        return within(self.loop_stops[coord.id])
 
     def _load(self, s: n.Copy) -> None:
         view = self._view(s.src, s)
@@ -578,15 +593,19 @@ class _KernelTranslator:
             self.emit(f"for {var} in range({start}, {stop}):")
         saved_scope = dict(self.scope)
         self.scope[s.var] = var
+        self.loop_stops[s.var] = s.stop
         if exprs.nonnegative(s.start, self.nonneg):
             self.nonneg.add(s.var)
         self.depth += 1
         before = set(self.tiles)
+        generated = set(self.generated)
         self.block(s.body)
         self.depth -= 1
+        self.generated = generated  # names made inside the loop die with it: a later loop may reuse them
         self.emit("# TL: end")
         self.scope = saved_scope
         self.nonneg.discard(s.var)
+        del self.loop_stops[s.var]
         # tiles first defined inside the loop do not exist after it
         for name in set(self.tiles) - before:
             del self.tiles[name]
