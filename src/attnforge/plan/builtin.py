@@ -148,11 +148,11 @@ def _full_tiles(spec: AttentionSpec) -> str | None:
     return f"min(Sk // BN, max(0, {diag}) // BN)"
 
 
-def _tile_loops(spec: AttentionSpec, first: str, last: str) -> list[str]:
+def _tile_loops(spec: AttentionSpec, first: str, last: str, split: bool = True) -> list[str]:
     """The K/V loop; split, where the masks allow, into tiles every row sees whole (no Mask: the
     off-diagonal blocks) and the rest (diagonal blocks and the ragged tail, masked)."""
     full = _full_tiles(spec)
-    if full is None or first != "0":
+    if full is None or first != "0" or not split:
         return _tile_loop(spec, f"{first} : {last}")
     return _tile_loop(spec, f"0 : {full}", masked=False) + _tile_loop(spec, f"{full} : {last}")
 
@@ -223,14 +223,14 @@ def _query_block(spec: AttentionSpec, out_o: str, out_lse: str) -> list[str]:
     return _views(out_o, out_lse) + (["Compute Cast Qr to tf32"] if spec.allow_tf32 else [])
 
 
-def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int], split: bool = True) -> str:
     first, last = _visible_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# One program computes BM query rows of one (batch, query head) and streams K/V in BN-row tiles,",
              "# loading only the tiles its rows can see; tiles every row sees whole skip the mask.",
              *_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
     lines += _query_block(spec, "o[b, h]", "lse[b, h]")
-    lines += _tile_loops(spec, first, last)
+    lines += _tile_loops(spec, first, last, split)
     lines += _EPILOGUE
     return "\n".join(lines) + "\n"
 

@@ -41,6 +41,12 @@ SIZE_ARGS = ("B", "Hq", "Hkv", "Sq", "Sk")
 INT_SCALARS = frozenset({"window_left", "window_right"})
 # Parameters that are launch options rather than kernel constants.
 LAUNCH_PARAMS = {"warps": "num_warps", "stages": "num_stages"}
+# Parameters that choose how the translator writes the kernel (0 or 1), not kernel constants:
+#   tma:        load q/k/v tiles through TMA tensor descriptors (sm_90+) instead of pointer loads
+#   persistent: launch one program per SM that loops over the TL grid, instead of one per point
+#   ws:         warp-specialise the pipelined K/V loops (tl.range(..., warp_specialize=True))
+STRATEGY_PARAMS = ("tma", "persistent", "ws")
+TMA_TENSORS = ("q", "k", "v")
 INDENT = "    "
 
 
@@ -63,6 +69,7 @@ class _View:
     extents: tuple[n.Expr, ...]
     strides: tuple[str, ...]
     tl_dtype: str
+    offsets: tuple[str, ...] = ()  # Python expressions of the leading indices (TMA coordinates)
 
 
 @dataclass
@@ -78,6 +85,8 @@ class KernelInfo:
     constexprs: dict[str, int]
     num_warps: int
     num_stages: int
+    descriptors: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (argument, tensor, block shape)
+    persistent: bool = False
 
     def signature(self, stride_one: bool = True) -> tuple[dict[str, str], dict[str, object]]:
         """Triton compile signature and constants: (arg -> type, constexpr arg -> value).
@@ -85,6 +94,8 @@ class KernelInfo:
         With ``stride_one`` the innermost stride of every tensor is specialised to 1, as Triton
         does at run time for contiguous rows, so an ahead-of-time compile matches the real one."""
         sig: dict[str, str] = {f"{t}_ptr": "*" + SIGNATURE_DTYPE[self.tensor_dtypes[t]] for t in self.tensors}
+        for name, tensor, block in self.descriptors:
+            sig[name] = f"tensordesc<{SIGNATURE_DTYPE[self.tensor_dtypes[tensor]]}[{', '.join(map(str, block))}]>"
         const: dict[str, object] = {}
         for t in self.tensors:
             names = stride_names(t, self.ranks[t])
@@ -150,8 +161,14 @@ class _KernelTranslator:
         for name in SIZE_ARGS + ("D", "Dv"):
             self.scope[name] = name
         for name, value in self.params.items():
-            # launch options (warps, stages) are literals in the kernel; the rest are constexpr arguments
-            self.scope[name] = str(value) if name in LAUNCH_PARAMS else name
+            # launch options and strategies are literals in the kernel; the rest are constexpr arguments
+            self.scope[name] = str(value) if name in LAUNCH_PARAMS or name in STRATEGY_PARAMS else name
+        for name in STRATEGY_PARAMS:
+            if self.params.get(name, 0) not in (0, 1):
+                self.fail(kernel, f"parameter {name} = {self.params[name]} is not 0 or 1", f"{name} = 1 turns the strategy on, 0 off")
+        self.tma, self.persistent, self.ws = (bool(self.params.get(p, 0)) for p in STRATEGY_PARAMS)
+        self.descriptors: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._check_strategies()
         for name in kernel.scalars:
             self.scope[name] = name
         self.tensors = self._tensors_used()
@@ -247,6 +264,17 @@ class _KernelTranslator:
         sc = next(sc for sc in self.k.scratch if sc.name == t)
         return self.tl_format(sc.dtype, sc)
 
+    def _check_strategies(self) -> None:
+        target = None
+        if self.k.target is not None:
+            from ..targets import get_target
+            target = get_target(self.k.target)
+        if self.tma and target is not None and not target.has_tma:
+            self.fail(self.k, f"tma = 1 needs TMA (sm_90 or newer); this kernel targets {target.sm}", "set tma = 0: pointer loads with cp.async")
+        if self.ws and target is not None and target.cc[0] == 9:
+            self.fail(self.k, "ws = 1 (warp_specialize) does not compile for sm_90 with Triton 3.6 (its NVGPUWarpSpecialization pass fails)",
+                      "set ws = 0 on Hopper")
+
     # ------------------------------------------------------------------ kernel
     def translate(self) -> tuple[list[str], KernelInfo]:
         k = self.k
@@ -259,15 +287,19 @@ class _KernelTranslator:
             self.generated.add(f"{t}_ptr")
         self.generated |= {"D_PAD", "DV_PAD", "pid"}
         constexprs = {"D": self.D, "Dv": self.Dv, "D_PAD": next_pow2(self.D), "DV_PAD": next_pow2(self.Dv)}
-        constexprs.update({p: v for p, v in self.params.items() if p not in LAUNCH_PARAMS})
-        args = [f"{t}_ptr" for t in self.tensors]
+        constexprs.update({p: v for p, v in self.params.items() if p not in LAUNCH_PARAMS and p not in STRATEGY_PARAMS})
+        self.constexprs = constexprs
+        self.generated |= {f"{t}_desc" for t in TMA_TENSORS} | {"tile", "num_tiles"}
+
+        self._grid()
+        self.block(k.body)
+        if self.persistent:
+            self.depth -= 1
+        args = [f"{t}_ptr" for t in self.tensors] + list(self.descriptors.values())
         for t in self.tensors:
             args += stride_names(t, self.tensor_ranks[t])
         args += list(SIZE_ARGS) + list(k.scalars)
         args += [f"{c}: tl.constexpr" for c in constexprs]
-
-        self._grid()
-        self.block(k.body)
         header = ["@triton.jit", f"def {k.name}("]
         header += [INDENT + a + "," for a in args]
         header += ["):"]
@@ -278,6 +310,9 @@ class _KernelTranslator:
             tensor_dtypes={t: self.tensor_format(t) for t in self.tensors}, scalars=tuple(k.scalars),
             params=dict(self.params), constexprs=constexprs,
             num_warps=int(self.params.get("warps") or 4), num_stages=int(self.params.get("stages") or 2),
+            descriptors=tuple((name, tensor, (1,) * (self.tensor_ranks[tensor] - len(dims)) + tuple(self._block_value(d) for d in dims))
+                              for (tensor, dims), name in self.descriptors.items()),
+            persistent=self.persistent,
         )
         return header + doc + self.lines, info
 
@@ -288,7 +323,15 @@ class _KernelTranslator:
         self.emit(f"# TL grid: {', '.join(f'{g.name} : {tl_expr(g.extent)}' for g in k.grid)} (flattened, {k.grid[-1].name} fastest)" if k.grid else "# TL grid: one program")
         if not k.grid:
             return
-        self.emit("pid = tl.program_id(0)")
+        if self.persistent:
+            total = " * ".join(f"({self.dev(g.extent)})" for g in k.grid)
+            self.emit("# persistent: one program per SM walks the grid's points in order, stride = programs")
+            self.emit(f"num_tiles = {total}")
+            self.emit("for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):")
+            self.depth += 1
+            self.emit("pid = tile")
+        else:
+            self.emit("pid = tl.program_id(0)")
         grid_names = [g.name for g in k.grid]
         for i, g in enumerate(reversed(k.grid)):
             if n.expr_names(g.extent) & set(grid_names):
@@ -321,7 +364,8 @@ class _KernelTranslator:
             base = f"{s.tensor}_ptr"
             terms = [f"tl.cast({self.dev(e)}, tl.int64) * {st}" for e, st in zip(s.offset, strides)]
             self.emit(f"{name} = {base}" + "".join(f" + {t}" for t in terms))
-            self.views[s.name] = _View(s.tensor, s.shape, tuple(strides[len(s.offset):]), self.tensor_format(s.tensor))
+            self.views[s.name] = _View(s.tensor, s.shape, tuple(strides[len(s.offset):]), self.tensor_format(s.tensor),
+                                       tuple(self.dev(e) for e in s.offset))
             return
         fmt = self.tl_format(s.dtype, s)
         dims = tuple(self.block_dim(d, s) for d in s.shape)
@@ -399,9 +443,33 @@ class _KernelTranslator:
         ptrs = f"{s.src} + " + " + ".join(offsets)
         fmt = dst.tl_dtype if dst is not None else view.tl_dtype
         load = f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
+        if self._tma_loadable(s, view):
+            # TMA zero-fills what lies outside the tensor, as the masked load would
+            dims = tuple(self.block_dim(t, s) for t in s.tile)
+            desc = self._descriptor(view.tensor, dims)
+            coords = list(view.offsets) + ["0" if isinstance(c, n.Num) and c.value == 0 else self.dev(n.Binary("*", c, t))
+                                           for c, t in zip(s.coord, s.tile)]
+            load = f"{desc}.load([{', '.join(coords)}]).reshape({', '.join(dims)})"
         self.emit(f"{name} = {load}{self._convert(view.tl_dtype, fmt)}")
         dims = tuple(self.block_dim(t, s) for t in s.tile)
         self.tiles[s.dst] = _Tile(dims, fmt, idx[0], idx[1] if len(idx) > 1 else None, s.dst_level)
+
+    def _tma_loadable(self, s: n.Copy, view: _View) -> bool:
+        """TMA reads whole boxes of the tensor; a padded tile dim must be the view's full extent."""
+        if not self.tma or view.tensor not in TMA_TENSORS or len(s.tile) != 2:
+            return False
+        return all(not self.pad_needed(t) or (tl_expr(t) == tl_expr(e) and isinstance(c, n.Num) and c.value == 0)
+                   for t, c, e in zip(s.tile, s.coord, view.extents))
+
+    def _descriptor(self, tensor: str, dims: tuple[str, ...]) -> str:
+        key = (tensor, dims)
+        if key not in self.descriptors:
+            same = sum(t == tensor for t, _ in self.descriptors)
+            self.descriptors[key] = f"{tensor}_desc" + (str(same + 1) if same else "")
+        return self.descriptors[key]
+
+    def _block_value(self, dim: str) -> int:
+        return int(dim) if dim.isdigit() else int(self.constexprs[dim])
 
     def _store(self, s: n.Copy) -> None:
         view = self._view(s.dst, s)
@@ -588,7 +656,8 @@ class _KernelTranslator:
         var = self.name(s.var, s)
         start, stop = self.dev(s.start), self.dev(s.stop)
         if s.stages is not None:
-            self.emit(f"for {var} in tl.range({start}, {stop}, num_stages={self.dev(s.stages)}):")
+            ws = ", warp_specialize=True" if self.ws else ""
+            self.emit(f"for {var} in tl.range({start}, {stop}, num_stages={self.dev(s.stages)}{ws}):")
         else:
             self.emit(f"for {var} in range({start}, {stop}):")
         saved_scope = dict(self.scope)
@@ -668,8 +737,13 @@ def _launcher(program: n.Program, infos: list[KernelInfo], head_dim: int, head_d
                 shape += "," if len(sc.shape) == 1 else ""
                 lines.append(f"{INDENT}{sc.name} = torch.empty(({shape}), device=q.device, dtype={TORCH_DTYPE[fmt]})")
         grid = " * ".join(exprs.host(g.extent, ctx) for g in kernel.grid) or "1"
+        if info.persistent:
+            lines.append(f"{INDENT}points = {grid}")
+            grid = "min(points, program_slots(q.device))"
+        for name, tensor, block in info.descriptors:
+            lines.append(f"{INDENT}{name} = tma_descriptor({tensor}, \"{tensor}\", {list(block)})")
         groups = [
-            ", ".join(info.tensors),
+            ", ".join(list(info.tensors) + [d[0] for d in info.descriptors]),
             ", ".join(f"*{t}.stride()" for t in info.tensors),
             ", ".join(SIZE_ARGS + info.scalars),
             ", ".join(f"{c}={v}" for c, v in info.constexprs.items()),
@@ -679,6 +753,23 @@ def _launcher(program: n.Program, infos: list[KernelInfo], head_dim: int, head_d
         lines += [f"{INDENT * 2}{g}," for g in groups if g]
         lines.append(f"{INDENT})")
     return lines
+
+
+_TMA_SOURCE = '''
+def tma_descriptor(t, name, block):
+    """A TMA descriptor over the whole tensor; TMA needs unit inner stride and 16-byte alignment."""
+    size = t.element_size()
+    if t.stride(-1) != 1 or t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:-1]):
+        raise ValueError(f"{name} is read through TMA, which needs a unit inner stride, 16-byte aligned strides and data; "
+                         f"got strides {tuple(t.stride())} of {size}-byte elements (regenerate with tma = 0 for such tensors)")
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block)
+'''
+
+_PERSISTENT_SOURCE = '''
+def program_slots(device) -> int:
+    """Programs a persistent launch starts: one per SM (a few on the CPU interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+'''
 
 
 _CHECK_SOURCE = '''
@@ -742,6 +833,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
         "import torch",
         "import triton",
         "import triton.language as tl",
+        *(["from triton.tools.tensor_descriptor import TensorDescriptor"] if any(i.descriptors for i in infos) else []),
         "",
         f"HEAD_DIM = {head_dim}",
         f"HEAD_DIM_V = {head_dim_v}",
@@ -756,5 +848,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
             src += ["", exprs.HELPER_SOURCE[h]]
     src += ["", *bodies]
     src += _CHECK_SOURCE.strip("\n").split("\n") + ["", ""]
+    if any(i.descriptors for i in infos):
+        src += _TMA_SOURCE.strip("\n").split("\n") + ["", ""]
+    if any(i.persistent for i in infos):
+        src += _PERSISTENT_SOURCE.strip("\n").split("\n") + ["", ""]
     src += _launcher(program, infos, head_dim, head_dim_v, file)
     return TritonModule("\n".join(src) + "\n", infos, module_name)
