@@ -13,7 +13,7 @@ from attnforge.compile_target import check_fits, compile_for_target
 from attnforge.errors import TargetError
 from attnforge.generate import generate
 from attnforge.kernel import GeneratedKernel
-from attnforge.plan.builtin import plan, prefill_source
+from attnforge.plan.builtin import prefill_source
 from attnforge.tl.parser import parse
 from attnforge.translate import translate
 

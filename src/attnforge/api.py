@@ -59,13 +59,20 @@ def _spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[
                          softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32)
 
 
-def kernel_for(spec: AttentionSpec, device: torch.device) -> GeneratedKernel:
+def tma_compatible(*tensors: torch.Tensor) -> bool:
+    """Whether TMA descriptors can read these tensors: unit inner stride, 16-byte aligned strides
+    and data (contiguous BHSD and BSHD tensors are, when a row is a multiple of 16 bytes)."""
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               for t in tensors)
+
+
+def kernel_for(spec: AttentionSpec, device: torch.device, *, tma: bool = True) -> GeneratedKernel:
     """The cached (built on first use) kernel for ``spec`` on ``device``."""
     target = _target_for(device)
     interpret = device.type != "cuda"
-    key = (entry_key(spec, target), target.name, interpret)
+    key = (entry_key(spec, target, tma=tma), target.name, interpret)
     if key not in _loaded:
-        _loaded[key] = GeneratedKernel(build_or_load(spec, target), interpret=interpret)
+        _loaded[key] = GeneratedKernel(build_or_load(spec, target, tma=tma), interpret=interpret)
     return _loaded[key]
 
 
@@ -87,7 +94,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
     spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
                  mask_mod=mask_mod, allow_tf32=allow_tf32)
-    kernel = kernel_for(spec, q.device)
+    kernel = kernel_for(spec, q.device, tma=tma_compatible(q, k, v))
     o, lse = _empty_outputs(q, v, out_bshd)
     scalars: dict = {"scale": scale}
     for name, value in (("softcap", softcap), ("window_left", window_left), ("window_right", window_right)):

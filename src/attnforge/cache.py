@@ -55,27 +55,28 @@ def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
                          score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
 
 
-def entry_key(spec: AttentionSpec, target: Target) -> str:
+def entry_key(spec: AttentionSpec, target: Target, *, tma: bool = True) -> str:
     import torch
     import triton
 
     bucket = spec_bucket(spec).to_dict()
-    blob = json.dumps({"spec": bucket, "target": target.name, "attnforge": __version__,
+    blob = json.dumps({"spec": bucket, "target": target.name, "tma": tma, "attnforge": __version__,
                        "triton": triton.__version__, "torch": torch.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def build_or_load(spec: AttentionSpec, target: Target, *, root: Path | None = None, verify: bool = True) -> Path:
-    """The module path of the cached kernel for ``spec`` on ``target``, generating it if absent."""
+def build_or_load(spec: AttentionSpec, target: Target, *, root: Path | None = None, verify: bool = True, tma: bool = True) -> Path:
+    """The module path of the cached kernel for ``spec`` on ``target``, generating it if absent
+    (``tma=False``: pointer loads, for inputs whose strides TMA cannot take)."""
     root = cache_dir() if root is None else Path(root)
-    entry = root / entry_key(spec, target)
+    entry = root / entry_key(spec, target, tma=tma)
     module = entry / KERNEL_PY
     if module.is_file():
         return module
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        result = generate(spec_bucket(spec), target, tmp, run_verification=verify)
+        result = generate(spec_bucket(spec), target, tmp, run_verification=verify, tma=tma)
         if not result.ok:
             kept = root / f"failed-{entry.name}"
             shutil.rmtree(kept, ignore_errors=True)

@@ -223,7 +223,7 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
             style = {"ok": "green", "fail": "bold red", "info": "dim"}[event]
             mark = {"ok": "ok  ", "fail": "FAIL", "info": "    "}[event]
             console.print(f"{mark} {text}", style=style, markup=False, highlight=False)
-        result = generate(spec, target, ns.out, run_verification=not ns.no_verify, progress=progress)
+        result = generate(spec, target, ns.out, run_verification=not ns.no_verify, tma=not ns.pointer_loads, progress=progress)
     _summary(result, console)
     return 0 if result.ok else 1
 
@@ -285,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="auto", help=f"GPU to generate for: a name from 'attnforge targets' (h100, a100, l4, t4, ...), sm_XX, or auto (default: the local GPU, else {DEFAULT_TARGET})")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the kernel and its reports (created; existing files are overwritten)")
     p.add_argument("--no-verify", action="store_true", help="stop after compiling (skip running the kernel against the reference)")
+    p.add_argument("--pointer-loads", action="store_true", help="never read q/k/v through TMA descriptors (sm_90+ uses them when head dims allow): for callers with strides TMA cannot take")
     add_spec_arguments(p)
     p.set_defaults(func=cmd_generate)
 

@@ -88,9 +88,11 @@ def generate(
     *,
     run_verification: bool = True,
     interpret: bool | None = None,
+    tma: bool = True,
     progress: Progress | None = None,
 ) -> GenerateResult:
-    """Run every step; never raises for a step's failure (see ``result.failed_step``)."""
+    """Run every step; never raises for a step's failure (see ``result.failed_step``).
+    ``tma=False`` keeps pointer loads where TMA descriptors would be used."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result = GenerateResult(spec, target, out)
@@ -108,10 +110,10 @@ def generate(
 
     try:
         skip = 0
-        n_candidates = len(candidates(spec, target)[1])
+        n_candidates = len(candidates(spec, target, tma=tma)[1])
         while True:
             def do_plan():
-                result.plan = plan(spec, target, skip=skip)
+                result.plan = plan(spec, target, skip=skip, tma=tma)
                 result.rejected += list(result.plan.rejected)
                 p = result.plan
                 return f"{p.kind} program, {', '.join(f'{k}={v}' for k, v in p.params.items())} ({p.reasons[0]})"
