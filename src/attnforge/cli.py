@@ -237,7 +237,7 @@ def _summary(result, console: Console) -> None:
     if result.plan is not None:
         table.add_row("plan", f"{result.plan.kind}: " + ", ".join(f"{k}={v}" for k, v in result.plan.params.items()))
     for r in result.compile_reports:
-        tc = "tensor cores" if r.tensor_cores_used else "NO tensor cores (FMA only)"
+        tc = "tensor cores" if r.tensor_cores_used else ("NO tensor cores (FMA only)" if "fma-only" in r.instructions else "no GEMM")
         table.add_row(f"compile {r.kernel}", f"{r.ptx_target}: {r.registers} regs, {r.shared_bytes / 1024:.0f} KiB shared, {r.spill_bytes} B spills, {', '.join(r.instructions)}; {tc}")
     v = result.verification
     if v is not None:

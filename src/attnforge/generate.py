@@ -177,7 +177,7 @@ def generate(
             break
 
         for r in result.compile_reports:
-            if not r.tensor_cores_used:
+            if "fma-only" in r.instructions:  # has GEMMs, no tensor-core instruction (a merge kernel has no GEMM)
                 say("info", f"note: {r.kernel} uses no tensor-core instructions on {target.name} ({target.sm}): " + (r.notes[0] if r.notes else ""))
 
         if run_verification:
