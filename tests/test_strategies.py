@@ -92,3 +92,20 @@ def test_strategies_refused_where_they_cannot_work(params, target, message):
     program = parse(prefill_source(spec, get_target(target), dict(BM=16, BN=16, warps=4, stages=2, **params)))
     with pytest.raises(TranslateError, match=message):
         translate(program, head_dim=32)
+
+
+def test_warp_specialize_compiles_for_blackwell(tmp_path):
+    """ws = 1 is refused on sm_90 (above) but compiles for sm_100 (tcgen05); not run here."""
+    from attnforge.compile_target import compile_for_target
+
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True)
+    target = get_target("b200")
+    module = translate(parse(prefill_source(spec, target, dict(BM=128, BN=64, warps=4, stages=2, tma=1, ws=1))), head_dim=64)
+    assert "warp_specialize=True" in module.source
+    path = tmp_path / "ws.py"
+    path.write_text(module.source)
+    info = module.kernels[0]
+    sig, const = info.signature()
+    report, _ = compile_for_target(getattr(GeneratedKernel(path, interpret=False).module, info.name), sig, const, target,
+                                   info.num_warps, info.num_stages, divisible=info.divisible_strides((64,)))
+    assert "tcgen05" in report.instructions and "tma" in report.instructions
