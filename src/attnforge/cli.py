@@ -274,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "reference, translate it to Triton, compile it for the target (no GPU needed: shared\n"
                                    "memory, registers, spills, tensor-core instructions), and verify the kernel against the\n"
                                    "reference (natively on a GPU, in Triton's interpreter on a CPU). Writes into --out:\n"
-                                   "kernel.tl, kernel_triton.py (import it and call launch(q, k, v, o, lse, scale=...)),\n"
+                                   "kernel.tl, kernel_triton.py (attnforge.load(DIR) gives a callable; or import it and call\n"
+                                   "launch(q, k, v, o, lse, scale=...)),\n"
                                    "report.json, report.md, build/ (PTX and cubin). Exit 0 verified, 1 a step failed, 2 bad input.",
                        epilog="examples:\n"
                               "  attnforge generate --target h100 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --out out/\n"
