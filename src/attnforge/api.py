@@ -135,6 +135,21 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
             raise AttnforgeError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}", where=name, hint="q, k and v share one dtype and device")
     if layout not in ("bhsd", "bshd"):
         raise AttnforgeError(f"layout = {layout!r}", where="layout", hint="'bhsd' (SDPA) or 'bshd' (FlashAttention)")
+    axes = ("batch", "heads", "seq", "head_dim") if layout == "bhsd" else ("batch", "seq", "heads", "head_dim")
+    bhsd = [t if layout == "bhsd" else t.transpose(1, 2) for t in (q, k, v)]
+    (B, Hq, _, D), (Bk, Hkv, Sk, Dk), (Bv, Hv, Sv, _) = (tuple(t.shape) for t in bhsd)
+    problems = []
+    if not B == Bk == Bv:
+        problems.append(f"batch sizes differ (q {B}, k {Bk}, v {Bv})")
+    if not Hkv == Hv or Hkv == 0 or Hq % Hkv:
+        problems.append(f"k and v need the same number of heads, dividing q's {Hq} (k {Hkv}, v {Hv})")
+    if Sk != Sv:
+        problems.append(f"k and v need the same length (k {Sk}, v {Sv})")
+    if D != Dk:
+        problems.append(f"q and k need the same head dim (q {D}, k {Dk})")
+    if problems:
+        raise AttnforgeError("; ".join(problems) + f"; shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}",
+                             where="q, k, v", hint=f"layout {layout!r} reads dims as ({', '.join(axes)})")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise AttnforgeError("backward is not supported yet: attnforge generates forward kernels only",
                              where="attention", hint="call it under torch.no_grad() / torch.inference_mode(), or detach the inputs if no gradient is wanted")
@@ -174,8 +189,14 @@ def attention(
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
                  mask_mod=mask_mod, allow_tf32=allow_tf32)  # validates every field, naming the bad one
     slopes = None
-    if alibi_slopes is not None:
-        values = AttentionSpec(heads=q.shape[1], head_dim=q.shape[3], alibi_slopes=alibi_slopes.tolist() if isinstance(alibi_slopes, torch.Tensor) else alibi_slopes).alibi_slopes
+    if isinstance(alibi_slopes, torch.Tensor):
+        # checked without reading the values back (no device sync; traceable by torch.compile)
+        if alibi_slopes.shape != (q.shape[1],) or not alibi_slopes.is_floating_point():
+            raise AttnforgeError(f"alibi_slopes has shape {tuple(alibi_slopes.shape)} and dtype {alibi_slopes.dtype}", where="alibi_slopes",
+                                 hint=f"one float per query head: shape ({q.shape[1]},)")
+        slopes = alibi_slopes.to(device=q.device, dtype=torch.float32)
+    elif alibi_slopes is not None:
+        values = AttentionSpec(heads=q.shape[1], head_dim=q.shape[3], alibi_slopes=alibi_slopes).alibi_slopes
         slopes = torch.tensor(values, dtype=torch.float32, device=q.device)
     o, lse = _attention_op(q, k, v, slopes, float(spec.scale if scale is None else scale), causal, spec.causal_align,
                            window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, layout == "bshd")

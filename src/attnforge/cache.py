@@ -80,7 +80,11 @@ def build_or_load(spec: AttentionSpec, target: Target, *, root: Path | None = No
         if not result.ok:
             kept = root / f"failed-{entry.name}"
             shutil.rmtree(kept, ignore_errors=True)
-            os.rename(tmp, kept)
+            try:
+                os.rename(tmp, kept)
+            except OSError:  # another process is keeping its own failed build there
+                kept = tmp
+                tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))  # so the finally clause spares the report
             raise AttnforgeError(f"building the kernel for {spec.describe()} on {target.name} failed at step {result.failed_step}: {result.error}",
                                  where=str(kept / "report.md"), hint="the report in that directory has every step's output")
         try:

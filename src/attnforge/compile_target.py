@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TargetError
+from .errors import DoesNotFitError, TargetError
 from .targets import KiB, Target
 
 # Instruction tags, as they appear in CompileReport.instructions.
@@ -254,7 +254,7 @@ def compile_for_target(fn: Any, signature: dict[str, str], constexprs: dict[str,
         oor = e if isinstance(e, OutOfResources) else e.__cause__
         if isinstance(oor, OutOfResources) and oor.name == "shared memory":
             # Some Triton versions reject shared memory at compile time: report it as check_fits does.
-            raise TargetError(_shared_error(fn.__name__, int(oor.required), target),
+            raise DoesNotFitError(_shared_error(fn.__name__, int(oor.required), target),
                               where=f"compile {fn.__name__} for {target.name}", hint=_FIT_HINT) from e
         raise
     seconds = time.perf_counter() - start
@@ -297,7 +297,7 @@ def check_fits(report: CompileReport, target: Target) -> None:
     if report.spill_bytes > 0:
         problems.append(_spill_error(report.kernel, report.spill_bytes, report.registers, target))
     if problems:
-        raise TargetError("; ".join(problems),
+        raise DoesNotFitError("; ".join(problems),
                           where=f"kernel {report.kernel} on {target.name} "
                                 f"(num_warps={report.num_warps}, num_stages={report.num_stages})",
                           hint=_FIT_HINT)

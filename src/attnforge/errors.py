@@ -75,5 +75,10 @@ class TargetError(AttnforgeError):
     """An unknown GPU target, or one that cannot be detected."""
 
 
+class DoesNotFitError(TargetError):
+    """A compiled kernel that exceeds the target's shared memory or spills registers: smaller
+    tiles or fewer pipeline stages may fit (the planner tries its next candidate)."""
+
+
 class TranslateError(AttnforgeError):
     """A TL program that stage 2 cannot turn into target code (a construct the target language lacks)."""

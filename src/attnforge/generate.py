@@ -20,7 +20,7 @@ from typing import Callable
 
 from . import __version__
 from .compile_target import CompileReport, check_fits, compile_for_target
-from .errors import AttnforgeError, TargetError
+from .errors import AttnforgeError, DoesNotFitError
 from .kernel import GeneratedKernel, gpu_available
 from .plan.builtin import Plan, candidates, plan
 from .spec import AttentionSpec
@@ -159,14 +159,14 @@ def generate(
                     result.compile_reports.append(rep)
                     try:
                         check_fits(rep, target)
-                    except TargetError as err:
+                    except DoesNotFitError as err:
                         problems.append(str(err))
                 if problems:
-                    raise TargetError("; ".join(problems), where=f"compile for {target.name}")
+                    raise DoesNotFitError("; ".join(problems), where=f"compile for {target.name}")
                 return "; ".join(f"{r.kernel}: {r.registers} regs, {r.shared_bytes // 1024} KiB shared, {r.spill_bytes} B spills, {'+'.join(r.instructions)}" for r in result.compile_reports)
             try:
                 step("compile", do_compile)
-            except TargetError as err:
+            except DoesNotFitError as err:  # other compile failures are not a matter of tile sizes
                 rejected = f"{', '.join(f'{k}={v}' for k, v in p.params.items())}: {err}"
                 result.rejected.append(rejected)
                 skip = skip + 1 + len(p.rejected)

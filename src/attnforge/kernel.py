@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import AttnforgeError
-from .runtime.triton_interpreter import interpreting
+from .runtime.triton_interpreter import KNOB_LOCK, interpreting
 
 # Runtime scalars a generated launcher may take, and where their values come from.
 SCALAR_NAMES = ("scale", "softcap", "window_left", "window_right")
@@ -63,7 +63,8 @@ class GeneratedKernel:
                 with interpreting():
                     spec.loader.exec_module(module)
             else:
-                spec.loader.exec_module(module)
+                with KNOB_LOCK:  # not while another thread has the interpreter switched on
+                    spec.loader.exec_module(module)
         except SyntaxError as err:
             raise AttnforgeError(f"generated module does not parse: {err}", where=f"{self.path}:{err.lineno}", hint="regenerate it; report a translator bug if it persists") from err
         sys.modules[name] = module
@@ -71,8 +72,13 @@ class GeneratedKernel:
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **scalars) -> None:
         """Run into caller-provided outputs (o: B,Hq,Sq,Dv in the output dtype; lse: B,Hq,Sq fp32)."""
-        kwargs = {name: value for name, value in scalars.items() if name in self.accepts}
-        missing = sorted(self.accepts - {"q", "k", "v", "o", "lse"} - set(kwargs))
+        takes = self.accepts - {"q", "k", "v", "o", "lse"}
+        unknown = sorted(set(scalars) - takes)
+        if unknown:
+            raise AttnforgeError(f"this kernel takes no {', '.join(unknown)}", where="kernel call",
+                                 hint=f"it takes {', '.join(sorted(takes))} (a feature the kernel was not generated for cannot be switched on at call time)")
+        kwargs = dict(scalars)
+        missing = sorted(takes - set(kwargs))
         if missing:
             raise AttnforgeError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
         if self.interpret:

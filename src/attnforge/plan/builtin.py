@@ -17,13 +17,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import TLCheckError
+from ..errors import SpecError, TLCheckError
 from ..spec import AttentionSpec
 from ..targets import Target
 from ..tl import nodes as n
 from ..tl.checker import check
 from ..tl.findings import CheckResult
 from ..tl.parser import parse
+
+
+# Input formats the planner writes kernels for (fp8 needs scales the spec does not carry yet).
+GENERATED_DTYPES = ("fp16", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -347,6 +351,9 @@ def plan(spec: AttentionSpec, target: Target, *, skip: int = 0, tma: bool = True
 
     Raises TLCheckError with the last candidate's findings if none passes (for example a dtype
     the target's tensor cores lack, which no parameter change fixes)."""
+    if spec.dtype not in GENERATED_DTYPES:
+        raise SpecError("dtype", spec.dtype, ", ".join(GENERATED_DTYPES) + " for generated kernels",
+                        hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
     kind, cands = candidates(spec, target, tma=tma)
     rejected: list[str] = []
     last = None

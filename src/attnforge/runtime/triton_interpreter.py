@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -184,12 +185,22 @@ def interpreting() -> Iterator[None]:
     """Turn ``triton.knobs.runtime.interpret`` on (after installing the fixes); restore it on exit.
 
     ``@triton.jit`` functions defined (imported, exec'd) inside the block become interpreted ones.
-    Setting the knob also writes ``TRITON_INTERPRET`` to ``os.environ``; both are put back.
+    Setting the knob also writes ``TRITON_INTERPRET`` to ``os.environ``; both are put back. The
+    knob is process-wide: the block holds ``KNOB_LOCK``, and code in this process that defines
+    native kernels while another thread may be interpreting takes the same lock (attnforge's
+    module loader does), so neither sees the other's setting.
     """
     import triton
 
     install_interpreter_fixes()
-    runtime = triton.knobs.runtime
+    with KNOB_LOCK:
+        yield from _interpret_on(triton.knobs.runtime)
+
+
+KNOB_LOCK = threading.RLock()
+
+
+def _interpret_on(runtime: Any) -> Iterator[None]:
     key = _interpret_knob().key
     overridden = "interpret" in vars(runtime)  # an explicit Python-side value, vs. read from the env
     previous = vars(runtime).get("interpret")

@@ -68,6 +68,24 @@ def is_float(e: n.Expr, floats: set[str]) -> bool:
     return False
 
 
+INDEX_NAMES = frozenset({"q_idx", "kv_idx", "b", "h"})
+
+
+def multiplies_indices(e: n.Expr, floats: set[str]) -> bool:
+    """Whether ``e`` multiplies an index by an integer: such products can pass 2^31 when int32
+    (the reference computes in int64), so the kernel widens the indices first."""
+    if isinstance(e, n.Binary):
+        if e.op == "*" and not is_float(e.left, floats) and not is_float(e.right, floats) \
+                and (n.expr_names(e.left) | n.expr_names(e.right)) & INDEX_NAMES:
+            return True
+        return multiplies_indices(e.left, floats) or multiplies_indices(e.right, floats)
+    if isinstance(e, n.Unary):
+        return multiplies_indices(e.operand, floats)
+    if isinstance(e, (n.Call, n.Index)):
+        return any(multiplies_indices(a, floats) for a in e.args)
+    return False
+
+
 def nonnegative(e: n.Expr, known: set[str]) -> bool:
     """Whether ``e`` is >= 0 whatever the runtime values (a conservative proof)."""
     if isinstance(e, n.Num):

@@ -423,8 +423,8 @@ class _KernelTranslator:
         """Whether tile ``coord`` of ``size`` rows provably ends within ``extent``: the coordinate
         is a loop variable whose bound is at most ``extent // size`` (the planner writes such
         bounds for the tiles it knows are whole), so the load needs no bounds mask."""
-        if not isinstance(coord, n.Name) or coord.id not in self.loop_stops:
-            return False
+        if not isinstance(coord, n.Name) or coord.id not in self.loop_stops or coord.id not in self.nonneg:
+            return False  # unknown coordinate, or a loop that may start below zero
         whole = tl_expr(n.Binary("//", extent, size))
 
         def within(stop: n.Expr) -> bool:
@@ -567,18 +567,26 @@ class _KernelTranslator:
         self.emit(f"{name} = {s.src}{conv}")
         self.tiles[target] = _Tile(src.dims, fmt, src.rows, src.cols)
 
-    def _index_names(self, t: _Tile, node: n.Node) -> dict[str, str]:
+    def _index_names(self, t: _Tile, expr: n.Expr) -> dict[str, str]:
+        """q_idx and kv_idx as the tile's index vectors; int64 (b and h too) where ``expr``
+        multiplies indices, whose int32 products could wrap."""
+        wide = exprs.multiplies_indices(expr, self.ctx().floats)
+        widen = (lambda x: f"{x}.to(tl.int64)") if wide else (lambda x: x)
         names = {}
         if t.rows is not None:
-            names["q_idx"] = f"{t.rows}[:, None]" if len(t.dims) == 2 else t.rows
+            names["q_idx"] = widen(f"{t.rows}[:, None]" if len(t.dims) == 2 else t.rows)
         if t.cols is not None:
-            names["kv_idx"] = f"{t.cols}[None, :]"
+            names["kv_idx"] = widen(f"{t.cols}[None, :]")
+        if wide:
+            for g in ("b", "h"):
+                if g in self.scope:
+                    names[g] = f"tl.cast({self.scope[g]}, tl.int64)"
         return names
 
     def s_ScoreMod(self, s: n.ScoreMod) -> None:
         self.comment_tl(s)
         t = self._tile(s.target, s)
-        extra = self._index_names(t, s)
+        extra = self._index_names(t, s.expr)
         extra["score"] = s.target
         value = self.dev(s.expr, extra)
         if "score" not in n.expr_names(s.expr):
@@ -590,7 +598,7 @@ class _KernelTranslator:
     def s_Mask(self, s: n.Mask) -> None:
         self.comment_tl(s)
         t = self._tile(s.target, s)
-        keep = self.dev(s.keep, self._index_names(t, s))
+        keep = self.dev(s.keep, self._index_names(t, s.keep))
         self.emit(f'{s.target} = tl.where({keep}, {s.target}, float("-inf"))')
 
     def s_Softmax(self, s: n.Softmax) -> None:
@@ -727,6 +735,12 @@ def _launcher(program: n.Program, infos: list[KernelInfo], head_dim: int, head_d
         f"{INDENT}Dv = v.shape[3]",
         f"{INDENT}check_arguments(dict({', '.join(f'{t}={t}' for t in tensors)}))",
     ]
+    for name in ("window_left", "window_right"):
+        if name in scalars:
+            # a window wider than Sq + Sk keys is unbounded; clamping keeps the kernel's int32 bounds from wrapping
+            lines += [f"{INDENT}if {name} < 0:",
+                      f"{INDENT * 2}raise ValueError(f\"{name} must be >= 0, got {{{name}}}\")",
+                      f"{INDENT}{name} = min(int({name}), Sq + Sk)"]
     for info in infos:
         kernel = next(k for k in program.kernels if k.name == info.name)
         ctx = exprs.ExprContext({**{s: s for s in SIZE_ARGS + ('D', 'Dv')}, **{p: str(v) for p, v in info.params.items()}}, file=file)
@@ -784,10 +798,22 @@ def check_arguments(tensors: dict) -> None:
             raise ValueError(f"{name} must be {want}, got {t.dtype}")
         if t.dim() != len(TENSOR_SHAPES[name]):
             raise ValueError(f"{name} must have dims {TENSOR_SHAPES[name]}, got shape {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}")
         # Offsets inside a head (sequence x head dim) are int32 in the kernel; batch and head offsets are int64.
         span = sum((size - 1) * abs(stride) for size, stride in list(zip(t.shape, t.stride()))[-2:])
         if span >= 2**31:
             raise ValueError(f"{name}: one head spans {span} elements, more than int32 offsets reach; split the sequence")
+    # Every size must agree with the one q, k and v fix: a mismatch would read or write out of bounds.
+    B, Hq, Sq, _ = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"query heads {Hq} must be a multiple of key/value heads {Hkv}")
+    sizes = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": HEAD_DIM, "Dv": HEAD_DIM_V}
+    for name, t in tensors.items():
+        want = tuple(sizes[d] for d in TENSOR_SHAPES[name])
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; with q {tuple(q.shape)} and k {tuple(k.shape)} it must be {want} ({', '.join(TENSOR_SHAPES[name])})")
 '''
 
 
