@@ -10,6 +10,7 @@ parameter candidate. Whatever was produced before a failure stays in the directo
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import time
@@ -92,123 +93,140 @@ def generate(
     progress: Progress | None = None,
 ) -> GenerateResult:
     """Run every step; never raises for a step's failure (see ``result.failed_step``).
-    ``tma=False`` keeps pointer loads where TMA descriptors would be used."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = GenerateResult(spec, target, out)
-    say = progress or (lambda event, text: None)
-    current = ["plan"]
-    start_all = time.perf_counter()
+    ``tma=False`` keeps pointer loads where TMA descriptors would be used; ``interpret`` forces
+    (True) or forbids (False) Triton's interpreter for verification (default: when no GPU)."""
+    return _Pipeline(spec, target, Path(out), tma, interpret, progress).run(run_verification)
 
-    def step(name: str, fn):
-        current[0] = name
-        say("start", name)
+
+class _Pipeline:
+    """One generate run: each step is a method returning a one-line summary or raising."""
+
+    def __init__(self, spec: AttentionSpec, target: Target, out: Path, tma: bool, interpret: bool | None, progress: Progress | None):
+        out.mkdir(parents=True, exist_ok=True)
+        self.spec, self.target, self.out, self.tma, self.interpret = spec, target, out, tma, interpret
+        self.say: Progress = progress or (lambda _event, _text: None)
+        self.result = GenerateResult(spec, target, out)
+        self.module = None
+        self.current = "plan"
+
+    def run(self, run_verification: bool) -> GenerateResult:
+        result, start = self.result, time.perf_counter()
+        try:
+            self.plan_until_it_fits()
+            for r in result.compile_reports:
+                if "fma-only" in r.instructions:  # has GEMMs, no tensor-core instruction (a merge kernel has no GEMM)
+                    self.say("info", f"note: {r.kernel} uses no tensor-core instructions on {self.target.name} ({self.target.sm}): " + (r.notes[0] if r.notes else ""))
+            if run_verification:
+                self.step("verify", self.verify)
+        except StepFailed as err:
+            result.failed_step, result.error = err.step, str(err)
+        except AttnforgeError as err:
+            result.failed_step, result.error = self.current, err.render()
+        except Exception as err:  # an unexpected failure still leaves a report naming the step
+            result.failed_step, result.error = self.current, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=6)}"
+        if result.failed_step:
+            result.steps.append(StepResult(result.failed_step, False, 0.0, result.error or ""))
+            self.say("fail", f"{result.failed_step} failed: {result.error}")
+        t0 = time.perf_counter()
+        write_reports(result, total_seconds=time.perf_counter() - start)
+        result.steps.append(StepResult("report", True, round(time.perf_counter() - t0, 3), "report.json, report.md"))
+        write_reports(result, total_seconds=time.perf_counter() - start)
+        return result
+
+    def step(self, name: str, fn: Callable[[], str]) -> None:
+        self.current = name
+        self.say("start", name)
         t0 = time.perf_counter()
         detail = fn()
-        result.steps.append(StepResult(name, True, round(time.perf_counter() - t0, 3), detail))
-        say("ok", f"{name}: {detail}")
+        self.result.steps.append(StepResult(name, True, round(time.perf_counter() - t0, 3), detail))
+        self.say("ok", f"{name}: {detail}")
 
-    try:
-        skip = 0
-        n_candidates = len(candidates(spec, target, tma=tma)[1])
+    def plan_until_it_fits(self) -> None:
+        """plan .. compile; a compile that does not fit the target moves to the next candidate."""
+        skip, total = 0, len(candidates(self.spec, self.target, tma=self.tma)[1])
         while True:
-            def do_plan():
-                result.plan = plan(spec, target, skip=skip, tma=tma)
-                result.rejected += list(result.plan.rejected)
-                p = result.plan
-                return f"{p.kind} program, {', '.join(f'{k}={v}' for k, v in p.params.items())} ({p.reasons[0]})"
-            step("plan", do_plan)
-            p = result.plan
-            assert p is not None
-
-            def do_check():
-                (out / KERNEL_TL).write_text(p.source)
-                warnings = [f for f in p.check.findings if f.severity == "warning"]
-                res = "; ".join(f"{r.kernel}: ~{(r.smem_bytes or 0) // 1024} KiB shared, ~{r.regs_per_thread} registers/thread (estimates)" for r in p.check.resources)
-                return f"clean for {target.name}" + (f", {len(warnings)} warning(s)" if warnings else "") + (f" ({res})" if res else "")
-            step("check", do_check)
-
-            def do_interpret():
-                runs = []
-                for shape in _interpret_shapes(spec, p.params):
-                    rep = harness.run_and_compare(p.program, shape, dtype=None, scalars={k: v for k, v in scalar_arguments(spec).items() if any(k in kk.scalars for kk in p.program.kernels)}, file=KERNEL_TL)
-                    runs.append({"shape": str(shape), "err_o": rep.err_o, "err_lse": rep.err_lse, "tol_o": rep.tolerance, "tol_lse": rep.tolerance_lse, "passed": rep.passed})
-                    if not rep.passed:
-                        raise StepFailed("interpret", f"the TL program is wrong at {shape}: err(O) {rep.err_o:.3g} (bound {rep.tolerance:g}), err(LSE) {rep.err_lse:.3g}")
-                result.interpret_runs = runs
-                return f"{len(runs)} shape(s) exact in float64, max err(O) {max(r['err_o'] for r in runs):.2g}"
-            step("interpret", do_interpret)
-
-            module = None
-
-            def do_translate():
-                nonlocal module
-                module = translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=KERNEL_TL)
-                (out / KERNEL_PY).write_text(module.source)
-                return f"{KERNEL_PY}: {len(module.source.splitlines())} lines, kernels {', '.join(i.name for i in module.kernels)}"
-            step("translate", do_translate)
-
-            def do_compile():
-                result.compile_reports = []
-                loaded = GeneratedKernel(out / KERNEL_PY, interpret=False)
-                problems = []
-                for info in module.kernels:
-                    sig, const = info.signature()
-                    rep, _ = compile_for_target(getattr(loaded.module, info.name), sig, const, target, info.num_warps, info.num_stages,
-                                                keep_dir=out / "build", divisible=info.divisible_strides((spec.head_dim, spec.head_dim_v)))
-                    result.compile_reports.append(rep)
-                    try:
-                        check_fits(rep, target)
-                    except DoesNotFitError as err:
-                        problems.append(str(err))
-                if problems:
-                    raise DoesNotFitError("; ".join(problems), where=f"compile for {target.name}")
-                return "; ".join(f"{r.kernel}: {r.registers} regs, {r.shared_bytes // 1024} KiB shared, {r.spill_bytes} B spills, {'+'.join(r.instructions)}" for r in result.compile_reports)
+            self.step("plan", functools.partial(self.plan, skip))
+            self.step("check", self.check)
+            self.step("interpret", self.interpret_tl)
+            self.step("translate", self.translate)
             try:
-                step("compile", do_compile)
+                self.step("compile", self.compile)
+                return
             except DoesNotFitError as err:  # other compile failures are not a matter of tile sizes
-                rejected = f"{', '.join(f'{k}={v}' for k, v in p.params.items())}: {err}"
-                result.rejected.append(rejected)
-                skip = skip + 1 + len(p.rejected)
-                if skip >= n_candidates:
-                    raise StepFailed("compile", f"no parameter candidate fits {target.name}; last: {err}") from err
-                say("info", f"compile: does not fit ({err}); trying the planner's next candidate")
-                continue
-            break
+                p = self.result.plan
+                self.result.rejected.append(f"{_fmt(p.params)}: {err}")
+                skip += 1 + len(p.rejected)
+                if skip >= total:
+                    raise StepFailed("compile", f"no parameter candidate fits {self.target.name}; last: {err}") from err
+                self.say("info", f"compile: does not fit ({err}); trying the planner's next candidate")
 
-        for r in result.compile_reports:
-            if "fma-only" in r.instructions:  # has GEMMs, no tensor-core instruction (a merge kernel has no GEMM)
-                say("info", f"note: {r.kernel} uses no tensor-core instructions on {target.name} ({target.sm}): " + (r.notes[0] if r.notes else ""))
+    # ---------------------------------------------------------------- the steps
+    def plan(self, skip: int) -> str:
+        p = self.result.plan = plan(self.spec, self.target, skip=skip, tma=self.tma)
+        self.result.rejected += list(p.rejected)
+        return f"{p.kind} program, {_fmt(p.params)} ({p.reasons[0]})"
 
-        if run_verification:
-            def do_verify():
-                kernel = GeneratedKernel(out / KERNEL_PY, interpret=interpret)
+    def check(self) -> str:
+        p = self.result.plan
+        (self.out / KERNEL_TL).write_text(p.source)
+        warnings = [f for f in p.check.findings if f.severity == "warning"]
+        res = "; ".join(f"{r.kernel}: ~{(r.smem_bytes or 0) // 1024} KiB shared, ~{r.regs_per_thread} registers/thread (estimates)" for r in p.check.resources)
+        return f"clean for {self.target.name}" + (f", {len(warnings)} warning(s)" if warnings else "") + (f" ({res})" if res else "")
 
-                def case_done(done: int, total: int, case) -> None:
-                    mark = "ok" if case.passed else "FAIL"
-                    say("info", f"  verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e} (bound {case.tol_o:.0e}), err(LSE) {case.err_lse:.2e} (bound {case.tol_lse:.1e}) {mark}")
-                rec = verify(kernel, spec, result.plan.params, progress=case_done)
-                result.verification = rec
-                bad = [c for c in rec.cases if not c.passed]
-                if bad:
-                    raise StepFailed("verify", f"{len(bad)} of {len(rec.cases)} case(s) fail on {rec.device}; first: {bad[0].shape} err(O) {bad[0].err_o:.3g} (bound {bad[0].tol_o:g}), err(LSE) {bad[0].err_lse:.3g}" + (f", {bad[0].error}" if bad[0].error else ""))
-                return f"{len(rec.cases)} cases pass on {rec.device}; max err(O) {rec.max_err_o:.2e}, max err(LSE) {rec.max_err_lse:.2e}"
-            step("verify", do_verify)
-    except StepFailed as err:
-        result.failed_step, result.error = err.step, str(err)
-    except AttnforgeError as err:
-        result.failed_step, result.error = current[0], err.render() if hasattr(err, "render") else str(err)
-    except Exception as err:  # an unexpected failure still leaves a report naming the step
-        result.failed_step, result.error = current[0], f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=6)}"
-    if result.failed_step:
-        result.steps.append(StepResult(result.failed_step, False, 0.0, result.error or ""))
-        say("fail", f"{result.failed_step} failed: {result.error}")
+    def interpret_tl(self) -> str:
+        """The TL program itself, exactly in float64, on small shapes: its logic before any GPU code."""
+        p = self.result.plan
+        declared = {name for k in p.program.kernels for name in k.scalars}
+        scalars = {k: v for k, v in scalar_arguments(self.spec).items() if k in declared}
+        runs = []
+        for shape in _interpret_shapes(self.spec, p.params):
+            rep = harness.run_and_compare(p.program, shape, dtype=None, scalars=scalars, file=KERNEL_TL)
+            runs.append({"shape": str(shape), "err_o": rep.err_o, "err_lse": rep.err_lse, "tol_o": rep.tolerance, "tol_lse": rep.tolerance_lse, "passed": rep.passed})
+            if not rep.passed:
+                raise StepFailed("interpret", f"the TL program is wrong at {shape}: err(O) {rep.err_o:.3g} (bound {rep.tolerance:g}), err(LSE) {rep.err_lse:.3g}")
+        self.result.interpret_runs = runs
+        return f"{len(runs)} shape(s) exact in float64, max err(O) {max(r['err_o'] for r in runs):.2g}"
 
-    t0 = time.perf_counter()
-    write_reports(result, total_seconds=time.perf_counter() - start_all)
-    result.steps.append(StepResult("report", True, round(time.perf_counter() - t0, 3), "report.json, report.md"))
-    write_reports(result, total_seconds=time.perf_counter() - start_all)
-    return result
+    def translate(self) -> str:
+        spec = self.spec
+        self.module = translate(self.result.plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=KERNEL_TL)
+        (self.out / KERNEL_PY).write_text(self.module.source)
+        return f"{KERNEL_PY}: {len(self.module.source.splitlines())} lines, kernels {', '.join(i.name for i in self.module.kernels)}"
+
+    def compile(self) -> str:
+        reports = self.result.compile_reports = []
+        loaded = GeneratedKernel(self.out / KERNEL_PY, interpret=False)
+        problems = []
+        for info in self.module.kernels:
+            sig, const = info.signature()
+            rep, _ = compile_for_target(getattr(loaded.module, info.name), sig, const, self.target, info.num_warps, info.num_stages,
+                                        keep_dir=self.out / "build", divisible=info.divisible_strides((self.spec.head_dim, self.spec.head_dim_v)))
+            reports.append(rep)
+            try:
+                check_fits(rep, self.target)
+            except DoesNotFitError as err:
+                problems.append(str(err))
+        if problems:
+            raise DoesNotFitError("; ".join(problems), where=f"compile for {self.target.name}")
+        return "; ".join(f"{r.kernel}: {r.registers} regs, {r.shared_bytes // 1024} KiB shared, {r.spill_bytes} B spills, {'+'.join(r.instructions)}" for r in reports)
+
+    def verify(self) -> str:
+        kernel = GeneratedKernel(self.out / KERNEL_PY, interpret=self.interpret)
+
+        def case_done(done: int, total: int, case) -> None:
+            mark = "ok" if case.passed else "FAIL"
+            self.say("info", f"  verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e} (bound {case.tol_o:.0e}), err(LSE) {case.err_lse:.2e} (bound {case.tol_lse:.1e}) {mark}")
+        rec = self.result.verification = verify(kernel, self.spec, self.result.plan.params, progress=case_done)
+        bad = [c for c in rec.cases if not c.passed]
+        if bad:
+            first = bad[0]
+            raise StepFailed("verify", f"{len(bad)} of {len(rec.cases)} case(s) fail on {rec.device}; first: {first.shape} err(O) {first.err_o:.3g} "
+                                       f"(bound {first.tol_o:g}), err(LSE) {first.err_lse:.3g}" + (f", {first.error}" if first.error else ""))
+        return f"{len(rec.cases)} cases pass on {rec.device}; max err(O) {rec.max_err_o:.2e}, max err(LSE) {rec.max_err_lse:.2e}"
+
+
+def _fmt(params: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def _versions() -> dict[str, str]:
