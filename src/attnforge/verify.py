@@ -132,8 +132,8 @@ def reference(spec: AttentionSpec, shape: CaseShape, q: np.ndarray, k: np.ndarra
 
 def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, hot: bool = False) -> torch.Tensor:
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64)
-    if hot:
-        x[:, :, ::HOT_EVERY] *= HOT_SCALE
+    if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
+        x[:, :, HOT_EVERY // 2::HOT_EVERY] *= HOT_SCALE
     x = x.to(dtype)
     if shape.layout == "bshd":
         return x.transpose(1, 2).contiguous().to(device).transpose(1, 2)
