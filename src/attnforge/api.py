@@ -141,7 +141,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
     problems = []
     if not B == Bk == Bv:
         problems.append(f"batch sizes differ (q {B}, k {Bk}, v {Bv})")
-    if not Hkv == Hv or Hkv == 0 or Hq % Hkv:
+    if Hkv != Hv or Hkv == 0 or Hq % Hkv:
         problems.append(f"k and v need the same number of heads, dividing q's {Hq} (k {Hkv}, v {Hv})")
     if Sk != Sv:
         problems.append(f"k and v need the same length (k {Sk}, v {Sv})")

@@ -25,6 +25,7 @@ from ..errors import Position, TranslateError
 from ..tl import nodes as n
 from ..tl.args import ARG_DTYPE, ARG_SHAPES, arg_format
 from ..tl.printer import expr as tl_expr
+from ..tl.printer import kernel as print_kernel
 from ..tl.printer import print_program, stmt as tl_stmt
 from . import exprs
 
@@ -129,7 +130,6 @@ class TritonModule:
 
     source: str
     kernels: list[KernelInfo]
-    module_name: str
 
 
 def _pow2(x: int) -> bool:
@@ -711,13 +711,12 @@ def _stmt_exprs(s: n.Stmt) -> list[n.Expr]:
 
 
 def _kernel_header_lines(k: n.Kernel) -> list[str]:
-    from ..tl.printer import kernel as print_kernel
     lines = print_kernel(k)
     return lines[: lines.index("")] if "" in lines else lines
 
 
 # ---------------------------------------------------------------------- launcher
-def _launcher(program: n.Program, infos: list[KernelInfo], head_dim: int, head_dim_v: int, file: str | None) -> list[str]:
+def _launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> list[str]:
     tensors = [t for t in ARG_SHAPES if any(t in i.tensors for i in infos)]
     scalars = []
     for i in infos:
@@ -817,7 +816,7 @@ def check_arguments(tensors: dict) -> None:
 '''
 
 
-def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = None, file: str | None = None, module_name: str = "attnforge_kernel") -> TritonModule:
+def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = None, file: str | None = None) -> TritonModule:
     """Triton source for a fully parameterised TL ``program`` specialised to the head dims.
 
     The program should have passed ``tl.check`` for its target; the translator still refuses
@@ -878,5 +877,5 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
         src += _TMA_SOURCE.strip("\n").split("\n") + ["", ""]
     if any(i.persistent for i in infos):
         src += _PERSISTENT_SOURCE.strip("\n").split("\n") + ["", ""]
-    src += _launcher(program, infos, head_dim, head_dim_v, file)
-    return TritonModule("\n".join(src) + "\n", infos, module_name)
+    src += _launcher(program, infos, file)
+    return TritonModule("\n".join(src) + "\n", infos)
