@@ -8,7 +8,7 @@ import torch
 
 import attnforge
 from attnforge import AttentionSpec, get_target
-from attnforge.errors import AttnforgeError, DoesNotFitError, SpecError, TargetError
+from attnforge.errors import AttnforgeError, SpecError, TargetError
 from attnforge.generate import generate
 from attnforge.kernel import GeneratedKernel
 from attnforge.plan.builtin import plan, prefill_source
@@ -106,4 +106,3 @@ def test_only_fit_problems_send_the_planner_to_its_next_candidate(tmp_path, monk
     result = generate(AttentionSpec(heads=2, head_dim=32, dtype="fp16"), get_target("h100"), tmp_path, run_verification=False)
     assert result.failed_step == "compile" and "cuobjdump" in result.error
     assert not result.rejected  # not retried with smaller tiles
-    assert issubclass(DoesNotFitError, TargetError)

@@ -24,13 +24,13 @@ import torch
 
 from .cache import build_or_load, entry_key
 from .errors import AttnforgeError
-from .kernel import GeneratedKernel
+from .kernel import TORCH_DTYPES, GeneratedKernel
 from .spec import AttentionSpec
 from .targets import Target, get_target
 
 # Without a GPU, kernels are generated for this target and run in Triton's interpreter.
 CPU_TARGET = "h100"
-_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_DTYPES = {t: name for name, t in TORCH_DTYPES.items()}
 _loaded: dict[tuple[str, str, bool], GeneratedKernel] = {}
 
 

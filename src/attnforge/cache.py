@@ -20,6 +20,7 @@ from .errors import AttnforgeError
 from .generate import KERNEL_PY, generate
 from .spec import AttentionSpec
 from .targets import Target
+from .translate.to_triton import next_pow2
 
 
 def cache_dir() -> Path:
@@ -28,10 +29,6 @@ def cache_dir() -> Path:
         return Path(os.environ["ATTNFORGE_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "attnforge"
-
-
-def _pow2_ceil(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
 
 
 def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
@@ -46,8 +43,8 @@ def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
                   alibi_slopes=None if spec.alibi_slopes is None else "auto", softcap=None if spec.softcap is None else 1.0)
     if spec.is_decode:
         kv = spec.kv_heads or 1
-        return AttentionSpec(batch=_pow2_ceil(spec.batch), heads=g * kv, kv_heads=kv, seqlen_q=1,
-                             seqlen_k=_pow2_ceil(spec.seqlen_k), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v,
+        return AttentionSpec(batch=next_pow2(spec.batch), heads=g * kv, kv_heads=kv, seqlen_q=1,
+                             seqlen_k=next_pow2(spec.seqlen_k), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v,
                              dtype=spec.dtype, causal=spec.causal, causal_align=spec.causal_align,
                              score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
     return AttentionSpec(batch=1, heads=g, kv_heads=1, seqlen_q=1024, seqlen_k=1024, head_dim=spec.head_dim,

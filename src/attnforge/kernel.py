@@ -22,6 +22,9 @@ import torch
 from .errors import AttnforgeError
 from .runtime.triton_interpreter import KNOB_LOCK, interpreting
 
+# Formats generated kernels take, as torch dtypes (the planner's GENERATED_DTYPES).
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
 # Runtime scalars a generated launcher may take, and where their values come from.
 SCALAR_NAMES = ("scale", "softcap", "window_left", "window_right")
 

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .kernel import GeneratedKernel
+from .kernel import TORCH_DTYPES, GeneratedKernel
 from .reference import attention_reference, lse_error, relative_error
 from .spec import AttentionSpec, alibi_slopes_for
 from .tl.harness import HOT_EVERY, HOT_SCALE, TOLERANCE, expr_fn
@@ -34,7 +34,6 @@ O_TOLERANCE = {**TOLERANCE, "tf32": 2e-3}
 LSE_TOLERANCE = {"fp16": 1e-5, "bf16": 1e-5, "fp32": 1e-5, "tf32": 1e-5}
 OPERAND_ROUNDING = {"fp16": 0.0, "bf16": 0.0, "fp32": 2.0**-24, "tf32": 2.0**-10}  # products exact in fp32 for 16-bit inputs
 ACCUMULATE_UNIT = 2.0**-23
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
