@@ -127,6 +127,7 @@ class _Pipeline:
         if result.failed_step:
             result.steps.append(StepResult(result.failed_step, False, 0.0, result.error or ""))
             self.say("fail", f"{result.failed_step} failed: {result.error}")
+        # The reports are written, timed, then written again so that they list their own step.
         t0 = time.perf_counter()
         write_reports(result, total_seconds=time.perf_counter() - start)
         result.steps.append(StepResult("report", True, round(time.perf_counter() - t0, 3), "report.json, report.md"))
