@@ -21,7 +21,7 @@ import numpy as np
 from ..dtypes import FORMATS, round_to
 from ..errors import Position, TLRuntimeError
 from . import nodes as n
-from .args import ARG_DTYPE, arg_format
+from ..abi import ARG_DTYPE, arg_format
 from .evaluate import evaluate
 
 SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")

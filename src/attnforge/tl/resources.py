@@ -10,6 +10,7 @@ import itertools
 import math
 
 from ..dtypes import FORMATS
+from ..errors import TLRuntimeError
 from ..targets import Target
 from . import nodes as n
 from .evaluate import evaluate
@@ -78,7 +79,10 @@ def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
                 fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
                 out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1)
         return out
-    except Exception:  # noqa: BLE001 - reported by the walk
+    # evaluate() raises every failure of an expression as TLRuntimeError. Its value is an int or
+    # a float (the env holds no arrays): int() of an infinite one (x / 0, exp of a large number)
+    # raises OverflowError, of a NaN (0 / 0, inf - inf) ValueError. The walk reports all three.
+    except (TLRuntimeError, OverflowError, ValueError):
         return None
 
 

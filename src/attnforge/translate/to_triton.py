@@ -23,7 +23,7 @@ from .. import __version__
 from ..dtypes import FORMATS
 from ..errors import Position, TranslateError
 from ..tl import nodes as n
-from ..tl.args import ARG_DTYPE, ARG_SHAPES, arg_format
+from ..abi import ARG_DTYPE, ARG_SHAPES, arg_format
 from ..tl.printer import expr as tl_expr
 from ..tl.printer import kernel as print_kernel
 from ..tl.printer import print_program, stmt as tl_stmt
