@@ -19,7 +19,7 @@ import torch
 
 from attnforge import AttentionSpec, get_target
 from attnforge.generate import generate
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 
 # (name, spec fields) of the verification grid; each runs in fp16 and bf16.
 VARIANTS = [

@@ -19,10 +19,10 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnforge import AttentionSpec, get_target
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import candidates, prefill_source
 from attnforge.tl.parser import parse
-from attnforge.translate import translate
+from attnforge.backends.triton import translate
 from attnforge.verify import CaseShape, verify
 
 CASES = [  # (dtype, D, causal, B, Hq, Hkv, S)

@@ -9,11 +9,11 @@ import pytest
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from attnforge import compile_target as ct  # noqa: E402
-from attnforge.compile_target import (  # noqa: E402
+from attnforge import compile_report as ct  # noqa: E402
+from attnforge.backends.triton.compile import compile_for_target  # noqa: E402
+from attnforge.compile_report import (  # noqa: E402
     CompileReport,
     check_fits,
-    compile_for_target,
     detect_instructions,
     format_report,
 )

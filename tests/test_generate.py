@@ -9,13 +9,14 @@ import pytest
 
 from attnforge import AttentionSpec, get_target
 from attnforge.cli import main
-from attnforge.compile_target import check_fits, compile_for_target
+from attnforge.backends.triton.compile import compile_for_target
+from attnforge.compile_report import check_fits
 from attnforge.errors import TargetError
 from attnforge.generate import generate
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import prefill_source
 from attnforge.tl.parser import parse
-from attnforge.translate import translate
+from attnforge.backends.triton import translate
 
 
 def test_generate_writes_a_verified_kernel_and_reports(tmp_path):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import plan
 from attnforge.spec import AttentionSpec
 from attnforge.targets import get_target
 from attnforge.tl import harness
-from attnforge.translate.to_triton import translate
+from attnforge.backends.triton import translate
 from attnforge.verify import CaseShape, verify
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")

@@ -10,11 +10,11 @@ import attnforge
 from attnforge import AttentionSpec, get_target
 from attnforge.errors import AttnforgeError, SpecError, TargetError
 from attnforge.generate import generate
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import plan, prefill_source
 from attnforge.reference import attention_reference, relative_error
 from attnforge.tl.parser import parse
-from attnforge.translate import translate
+from attnforge.backends.triton import translate
 from attnforge.verify import CaseShape, verify
 
 
@@ -98,7 +98,7 @@ def test_alibi_slopes_tensor_inside_torch_compile_fullgraph():
 
 
 def test_only_fit_problems_send_the_planner_to_its_next_candidate(tmp_path, monkeypatch):
-    import attnforge.compile_target as ct
+    import attnforge.compile_report as ct
 
     def missing() -> str:
         raise TargetError("cuobjdump not found", where="compile")

@@ -10,10 +10,10 @@ import attnforge
 from attnforge import AttentionSpec, get_target
 from attnforge.api import tma_compatible
 from attnforge.errors import TranslateError
-from attnforge.kernel import GeneratedKernel
+from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import candidates, plan, prefill_source
 from attnforge.tl.parser import parse
-from attnforge.translate import translate
+from attnforge.backends.triton import translate
 from attnforge.verify import CaseShape, verify
 
 SHAPES = [CaseShape(1, 4, 2, 37, 53), CaseShape(2, 4, 2, 70, 45, "bshd"), CaseShape(1, 4, 2, 1, 40)]
@@ -96,7 +96,7 @@ def test_strategies_refused_where_they_cannot_work(params, target, message):
 
 def test_warp_specialize_compiles_for_blackwell(tmp_path):
     """ws = 1 is refused on sm_90 (above) but compiles for sm_100 (tcgen05); not run here."""
-    from attnforge.compile_target import compile_for_target
+    from attnforge.backends.triton.compile import compile_for_target
 
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True)
     target = get_target("b200")

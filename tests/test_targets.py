@@ -165,8 +165,16 @@ def test_dicts_are_json_ready() -> None:
      ((8, 9), "NVIDIA GeForce RTX 4090", "rtx4090"), ((8, 9), "NVIDIA L40S", "l40s"),
      ((7, 5), "Quadro RTX 8000", "rtx8000"), ((7, 5), "Tesla T4", "t4"), ((8, 7), "Orin", "a10")],
 )
+@pytest.mark.filterwarnings("ignore:GPU .* is not in attnforge's target table")
 def test_device_matching(cc: tuple[int, int], device: str, name: str) -> None:
     assert target_for_device(cc, device).name == name
+
+
+def test_unlisted_device_of_a_known_arch_warns_with_the_nearest_entry() -> None:
+    with pytest.warns(UserWarning, match="nearest entry of its architecture, h100"):
+        assert target_for_device((9, 0), "NVIDIA H800").name == "h100"
+    with pytest.warns(UserWarning, match="a10"):
+        assert target_for_device((8, 7), "Orin").name == "a10"
 
 
 def test_device_with_unlisted_arch_raises() -> None:

@@ -13,7 +13,8 @@ from attnforge.errors import AttnforgeError, TLRuntimeError
 from attnforge.reference import relative_error
 from attnforge.tl import nodes as n
 from attnforge.tl.checker import check
-from attnforge.tl.harness import TOLERANCE, Shape, default_scalars, reference_for, run_and_compare
+from attnforge.numerics import O_TOLERANCE
+from attnforge.tl.harness import Shape, default_scalars, reference_for, run_and_compare
 from attnforge.tl.interpreter import run_program
 from attnforge.tl.parser import parse
 
@@ -210,7 +211,7 @@ def test_emulated_precision(name: str) -> None:
     errors = {}
     for dtype in ("fp32", "fp16", "bf16"):
         report = run_and_compare(prog, shape, dtype=dtype, params=params)
-        assert report.tolerance == TOLERANCE[dtype]
+        assert report.tolerance == O_TOLERANCE[dtype]
         assert report.passed, report.line()
         errors[dtype] = report.err_o
     assert errors["fp32"] < 1e-5

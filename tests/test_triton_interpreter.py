@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from attnforge.errors import AttnforgeError
-from attnforge.runtime.triton_interpreter import (
+from attnforge.backends.triton.interpreter import (
     bf16_round,
     bf16_widen,
     install_interpreter_fixes,

@@ -22,31 +22,37 @@ from typing import Optional, Sequence
 
 import torch
 
+from .backends import Kernel, backend_for_directory, choose_backend, get_backend, names
 from .cache import build_or_load, entry_key
+from .dtypes import KERNEL_DTYPES, torch_dtype
 from .errors import AttnforgeError
-from .kernel import TORCH_DTYPES, GeneratedKernel
 from .spec import AttentionSpec
-from .targets import Target, get_target
+from .targets import DEFAULT_TARGET, Target, detect_local_target, get_target, tma_can_read
 
-# Without a GPU, kernels are generated for this target and run in Triton's interpreter.
-CPU_TARGET = "h100"
-_DTYPES = {t: name for name, t in TORCH_DTYPES.items()}
-_loaded: dict[tuple[str, str, bool], GeneratedKernel] = {}
+_DTYPES = {torch_dtype(name): name for name in KERNEL_DTYPES}
+_loaded: dict[tuple[str, str, bool], Kernel] = {}
 
 
-def load(directory: str | Path) -> GeneratedKernel:
-    """A directory written by ``attnforge generate`` as a callable:
+def load(directory: str | Path) -> Kernel:
+    """A directory written by ``attnforge generate`` (or its source file) as a callable:
     ``kernel(q, k, v, scale=..., [softcap=..., window_left=..., alibi_slopes=...]) -> (o, lse)``
-    on BHSD-indexed tensors (GPU tensors natively; CPU tensors through Triton's interpreter)."""
+    on BHSD-indexed tensors (GPU tensors natively; CPU tensors through the backend's interpreter)."""
     path = Path(directory)
-    return GeneratedKernel(path / "kernel_triton.py" if path.is_dir() else path)
+    if path.is_dir():
+        backend = backend_for_directory(path)
+        return backend.load(path / backend.source_file)
+    for name in names():
+        if path.name == get_backend(name).source_file:
+            return get_backend(name).load(path)
+    raise AttnforgeError(f"no generated kernel at {path}", where=str(path), hint="give the directory 'attnforge generate --out DIR' wrote")
 
 
 def _target_for(device: torch.device) -> Target:
+    """The local GPU's table entry (as ``--target auto`` resolves it); without a GPU, the default
+    target, whose kernels then run in the interpreter."""
     if device.type == "cuda":
-        cc = torch.cuda.get_device_capability(device)
-        return get_target(f"sm_{cc[0]}{cc[1]}")
-    return get_target(CPU_TARGET)
+        return detect_local_target(device.index)
+    return get_target(DEFAULT_TARGET)
 
 
 def _spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[float], causal: bool, causal_align: str,
@@ -60,19 +66,19 @@ def _spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: Optional[
 
 
 def tma_compatible(*tensors: torch.Tensor) -> bool:
-    """Whether TMA descriptors can read these tensors: unit inner stride, 16-byte aligned strides
-    and data (contiguous BHSD and BSHD tensors are, when a row is a multiple of 16 bytes)."""
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
-               for t in tensors)
+    """Whether TMA descriptors can read these tensors (``targets.tma_can_read``: contiguous BHSD
+    and BSHD tensors can, when a row is a multiple of 16 bytes)."""
+    return all(tma_can_read(t.stride(), t.element_size(), t.data_ptr()) for t in tensors)
 
 
-def kernel_for(spec: AttentionSpec, device: torch.device, *, tma: bool = True) -> GeneratedKernel:
+def kernel_for(spec: AttentionSpec, device: torch.device, *, backend: str = "auto", tma: bool = True) -> Kernel:
     """The cached (built on first use) kernel for ``spec`` on ``device``."""
     target = _target_for(device)
+    chosen = choose_backend(backend, spec, target)
     interpret = device.type != "cuda"
-    key = (entry_key(spec, target, tma=tma), target.name, interpret)
+    key = (entry_key(spec, target, backend=chosen, tma=tma), target.name, interpret)
     if key not in _loaded:
-        _loaded[key] = GeneratedKernel(build_or_load(spec, target, tma=tma), interpret=interpret)
+        _loaded[key] = chosen.load(build_or_load(spec, target, backend=chosen, tma=tma), interpret=interpret)
     return _loaded[key]
 
 
@@ -90,16 +96,13 @@ def _empty_outputs(q: torch.Tensor, v: torch.Tensor, out_bshd: bool) -> tuple[to
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor], scale: float,
                   causal: bool, causal_align: str, window_left: Optional[int], window_right: Optional[int],
                   softcap: Optional[float], score_mod: Optional[str], mask_mod: Optional[str], allow_tf32: bool,
-                  out_bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  out_bshd: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
                  mask_mod=mask_mod, allow_tf32=allow_tf32)
-    kernel = kernel_for(spec, q.device, tma=tma_compatible(q, k, v))
+    kernel = kernel_for(spec, q.device, backend=backend, tma=tma_compatible(q, k, v))
     o, lse = _empty_outputs(q, v, out_bshd)
-    scalars: dict = {"scale": scale}
-    for name, value in (("softcap", softcap), ("window_left", window_left), ("window_right", window_right)):
-        if value is not None:
-            scalars[name] = value
+    scalars: dict = spec.runtime_scalars()
     if alibi_slopes is not None:
         scalars["alibi_slopes"] = alibi_slopes
     kernel.launch(q, k, v, o, lse, **scalars)
@@ -107,7 +110,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 
 @_attention_op.register_fake
-def _attention_fake(q, k, v, alibi_slopes, scale, causal, causal_align, window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, out_bshd):
+def _attention_fake(q, k, v, alibi_slopes, scale, causal, causal_align, window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, out_bshd, backend):
     return _empty_outputs(q, v, out_bshd)
 
 
@@ -171,6 +174,7 @@ def attention(
     allow_tf32: bool = False,
     layout: str = "bhsd",
     return_lse: bool = False,
+    backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention with a generated, verified kernel (see the module docstring for semantics).
 
@@ -179,8 +183,9 @@ def attention(
     geometric slopes) or Hq numbers. ``softcap``: scores become softcap * tanh(score / softcap).
     ``score_mod``/``mask_mod``: TL expressions over score, b, h, q_idx, kv_idx, Sq, Sk, Hq, Hkv,
     e.g. ``score_mod="score - 0.1 * abs(q_idx - kv_idx)"``, ``mask_mod="kv_idx % 4 != 0"``.
-    Returns O in the input layout, and the natural-log log-sum-exp (B, Hq, Sq, fp32) with
-    ``return_lse=True``."""
+    ``backend``: which stage-2 backend builds the kernel (``auto``, or a name from
+    ``attnforge backends``). Returns O in the input layout, and the natural-log log-sum-exp
+    (B, Hq, Sq, fp32) with ``return_lse=True``."""
     _check_inputs(q, k, v, layout)
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -199,7 +204,7 @@ def attention(
         values = AttentionSpec(heads=q.shape[1], head_dim=q.shape[3], alibi_slopes=alibi_slopes).alibi_slopes
         slopes = torch.tensor(values, dtype=torch.float32, device=q.device)
     o, lse = _attention_op(q, k, v, slopes, float(spec.scale if scale is None else scale), causal, spec.causal_align,
-                           window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, layout == "bshd")
+                           window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, layout == "bshd", backend)
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

@@ -16,11 +16,12 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
+from .backends import Backend, choose_backend
 from .errors import AttnforgeError
-from .generate import KERNEL_PY, generate
+from .generate import generate
+from .sizes import next_pow2
 from .spec import AttentionSpec
 from .targets import Target
-from .translate.to_triton import next_pow2
 
 
 def cache_dir() -> Path:
@@ -52,28 +53,34 @@ def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
                          score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
 
 
-def entry_key(spec: AttentionSpec, target: Target, *, tma: bool = True) -> str:
+def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", tma: bool = True) -> str:
     import torch
-    import triton
 
+    backend = _resolve(backend, spec, target)
     bucket = spec_bucket(spec).to_dict()
-    blob = json.dumps({"spec": bucket, "target": target.name, "tma": tma, "attnforge": __version__,
-                       "triton": triton.__version__, "torch": torch.__version__}, sort_keys=True, default=str)
+    blob = json.dumps({"spec": bucket, "target": target.name, "backend": backend.name, "tma": tma, "attnforge": __version__,
+                       **backend.versions(), "torch": torch.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def build_or_load(spec: AttentionSpec, target: Target, *, root: Path | None = None, verify: bool = True, tma: bool = True) -> Path:
-    """The module path of the cached kernel for ``spec`` on ``target``, generating it if absent
-    (``tma=False``: pointer loads, for inputs whose strides TMA cannot take)."""
+def _resolve(backend: str | Backend, spec: AttentionSpec, target: Target) -> Backend:
+    return backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
+
+
+def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", root: Path | None = None,
+                  verify: bool = True, tma: bool = True) -> Path:
+    """The source path of the cached kernel for ``spec`` on ``target`` from ``backend``,
+    generating it if absent (``tma=False``: pointer loads, for strides TMA cannot take)."""
+    backend = _resolve(backend, spec, target)
     root = cache_dir() if root is None else Path(root)
-    entry = root / entry_key(spec, target, tma=tma)
-    module = entry / KERNEL_PY
+    entry = root / entry_key(spec, target, backend=backend, tma=tma)
+    module = entry / backend.source_file
     if module.is_file():
         return module
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
-        result = generate(spec_bucket(spec), target, tmp, run_verification=verify, tma=tma)
+        result = generate(spec_bucket(spec), target, tmp, backend=backend, run_verification=verify, tma=tma)
         if not result.ok:
             kept = root / f"failed-{entry.name}"
             shutil.rmtree(kept, ignore_errors=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -18,11 +19,9 @@ from rich.console import Console
 from .dtypes import STORAGE_DTYPES
 from .errors import AttnforgeError, Position, TargetError, TLSyntaxError
 from .spec import add_spec_arguments, spec_from_args
-from .targets import Target, format_targets_table, get_target, targets_as_dicts
+from .targets import DEFAULT_TARGET, Target, format_targets_table, get_target, targets_as_dicts
 from .tl import catalog
 
-# What `--target auto` generates for on a machine without a GPU.
-DEFAULT_TARGET = "h100"
 RUN_DTYPES = ("float64",) + STORAGE_DTYPES  # float64: exact; a storage format: rounded like a kernel
 
 
@@ -85,6 +84,28 @@ def cmd_targets(ns: argparse.Namespace, console: Console) -> int:
         print(json.dumps(targets_as_dicts(), indent=2))
     else:
         console.print(format_targets_table())
+    return 0
+
+
+def cmd_backends(ns: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from .backends import get_backend, names
+
+    rows = [(name, get_backend(name)) for name in names()]
+    if ns.json:
+        print(json.dumps([{"name": name, "source_file": b.source_file, **dataclasses.asdict(b.capabilities())} for name, b in rows], indent=2))
+        return 0
+    table = Table(title="attnforge backends (stage 2: TL -> GPU code); --backend auto picks the first that builds a spec", title_justify="left")
+    for col in ("name", "language", "targets", "dtypes", "features"):
+        table.add_column(col)
+    for name, b in rows:
+        caps = b.capabilities()
+        table.add_row(name, caps.language, caps.targets, ", ".join(caps.dtypes), ", ".join(caps.features))
+    console.print(table)
+    for name, b in rows:
+        for note in b.capabilities().notes:
+            console.print(f"{name}: {note}", style="dim", markup=False)
     return 0
 
 
@@ -212,7 +233,10 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
 
     spec = spec_from_args(ns)
     target = resolve_target(ns.target, console)
-    console.print(f"attnforge generate: {spec.describe()} for {target.name} ({target.sm}) -> {ns.out}", style="bold", markup=False)
+    from .backends import choose_backend
+
+    backend = choose_backend(ns.backend, spec, target)
+    console.print(f"attnforge generate: {spec.describe()} for {target.name} ({target.sm}) with the {backend.name} backend -> {ns.out}", style="bold", markup=False)
     status = console.status("") if console.is_terminal else contextlib.nullcontext()
     with status as spinner:
         def progress(event: str, text: str) -> None:
@@ -223,7 +247,7 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
             style = {"ok": "green", "fail": "bold red", "info": "dim"}[event]
             mark = {"ok": "ok  ", "fail": "FAIL", "info": "    "}[event]
             console.print(f"{mark} {text}", style=style, markup=False, highlight=False)
-        result = generate(spec, target, ns.out, run_verification=not ns.no_verify, tma=not ns.pointer_loads, progress=progress)
+        result = generate(spec, target, ns.out, backend=backend, run_verification=not ns.no_verify, tma=not ns.pointer_loads, progress=progress)
     _summary(result, console)
     return 0 if result.ok else 1
 
@@ -243,7 +267,7 @@ def _summary(result, console: Console) -> None:
     if v is not None:
         table.add_row("verify", f"{sum(c.passed for c in v.cases)}/{len(v.cases)} cases pass on {v.device}; max err(O) {v.max_err_o:.2e}, max err(LSE) {v.max_err_lse:.2e}")
     table.add_row("time", ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps if s.ok))
-    table.add_row("files", f"{result.out}/kernel.tl, kernel_triton.py, report.json, report.md")
+    table.add_row("files", f"{result.out}/kernel.tl, {result.backend.source_file}, report.json, report.md")
     verdict = "verified kernel" if result.ok and v is not None else ("kernel generated, not verified (--no-verify)" if result.ok else f"FAILED at {result.failed_step}")
     table.add_row("result", verdict, style="bold green" if result.ok else "bold red")
     console.print(table)
@@ -261,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "attnforge checks it against a GPU's limits and runs it against a float64 reference.",
         epilog="examples:\n"
                "  attnforge targets\n"
+               "  attnforge backends\n"
                "  attnforge tl library\n"
                "  attnforge tl check gqa_causal_fwd.tl --target h100\n"
                "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,300,437,128 --dtype bf16\n"
@@ -285,10 +310,17 @@ def build_parser() -> argparse.ArgumentParser:
                               f"\n--target auto (the default) picks the local GPU; without one it generates for {DEFAULT_TARGET}.")
     p.add_argument("--target", default="auto", help=f"GPU to generate for: a name from 'attnforge targets' (h100, a100, l4, t4, ...), sm_XX, or auto (default: the local GPU, else {DEFAULT_TARGET})")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the kernel and its reports (created; existing files are overwritten)")
+    p.add_argument("--backend", default="auto", metavar="NAME",
+                   help="stage-2 backend: auto (the first that builds the spec) or a name from 'attnforge backends' (triton)")
     p.add_argument("--no-verify", action="store_true", help="stop after compiling (skip running the kernel against the reference)")
     p.add_argument("--pointer-loads", action="store_true", help="never read q/k/v through TMA descriptors (sm_90+ uses them when head dims allow): for callers with strides TMA cannot take")
     add_spec_arguments(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("backends", help="list the stage-2 backends and what each supports",
+                       description="List the backends that translate TL into GPU code, with the targets, data types and features each supports.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_backends)
 
     p = sub.add_parser("targets", help="print the table of GPU targets", description="Print the GPUs attnforge knows, with their limits, peak rates and tensor-core instructions.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

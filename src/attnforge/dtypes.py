@@ -7,6 +7,7 @@ values), so the interpreter can emulate bf16 or fp8 without hardware or library 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,18 @@ FORMATS: dict[str, FloatFormat] = {
 # Formats tensors are stored in (AttentionSpec.dtype); TL also names tf32 as a GEMM operand format.
 STORAGE_DTYPES = ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2")
 TL_DTYPES = STORAGE_DTYPES[:3] + ("tf32",) + STORAGE_DTYPES[3:]
+# Formats generated kernels take today (fp8 needs per-tensor scales the spec does not carry yet).
+KERNEL_DTYPES = ("fp16", "bf16", "fp32")
+# Each format's torch dtype, by attribute name (torch.float16, ...): no torch import here.
+TORCH_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64",
+               "fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2"}
+
+
+def torch_dtype(fmt: str) -> Any:
+    """The torch dtype of a format (imports torch: call it only where torch is in use)."""
+    import torch
+
+    return getattr(torch, TORCH_NAMES[fmt])
 
 
 def round_to(x: np.ndarray | float, dtype: str) -> np.ndarray:

@@ -80,5 +80,15 @@ class DoesNotFitError(TargetError):
     tiles or fewer pipeline stages may fit (the planner tries its next candidate)."""
 
 
+class LaunchError(AttnforgeError, ValueError):
+    """A kernel called with arguments it cannot run on (wrong shape, dtype, device or strides).
+    Also a ValueError, as a bad argument to any Python function is."""
+
+
+class CompileError(AttnforgeError):
+    """A backend's compiler refused generated code (a translator bug, or a construct this
+    compiler version cannot build): the message carries the compiler's first lines."""
+
+
 class TranslateError(AttnforgeError):
     """A TL program that stage 2 cannot turn into target code (a construct the target language lacks)."""

@@ -1,39 +1,31 @@
-"""The main job: spec + target -> a verified Triton kernel and its reports, in one directory.
+"""The main job: spec + target -> a verified kernel and its reports, in one directory.
 
-Steps (each timed, each failure named): plan (TL program and parameters), check (TL checker),
-interpret (the TL program itself, exactly in float64, against the reference), translate (Triton
-module), compile (for the target, no GPU needed: shared memory, registers, spills, instructions),
-verify (the kernel against the float64 reference: natively on a GPU, else in Triton's
-interpreter), report. A compile that does not fit the target sends the planner to its next
-parameter candidate. Whatever was produced before a failure stays in the directory.
+Steps (each timed, each failure named): plan (a TL program and its parameters, from a planner),
+check (TL checker), interpret (the TL program itself, exactly in float64, against the
+reference), translate (the backend's source), compile (for the target, no GPU needed: shared
+memory, registers, spills, instructions), verify (the kernel against the float64 reference:
+natively on a GPU, else in the backend's interpreter), report. A compile that does not fit the
+target sends the pipeline to the planner's next plan. Whatever was produced before a failure
+stays in the directory.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import platform
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from . import __version__
-from .compile_target import CompileReport, check_fits, compile_for_target
+from .backends import Backend, Translation, choose_backend
+from .compile_report import CompileReport, check_fits
 from .errors import AttnforgeError, DoesNotFitError
-from .kernel import GeneratedKernel, gpu_available
-from .plan.builtin import Plan, candidates, plan
+from .plan import BuiltinPlanner, Plan
+from .report import KERNEL_TL, write_reports
 from .spec import AttentionSpec
 from .targets import Target
 from .tl import harness
-from .tl.printer import print_program
-from .translate import translate
-from .verify import VerifyRecord, scalar_arguments, verify
-
-STEPS = ("plan", "check", "interpret", "translate", "compile", "verify", "report")
-KERNEL_TL = "kernel.tl"
-KERNEL_PY = "kernel_triton.py"
+from .verify import VerifyRecord, verify
 
 
 @dataclass
@@ -48,6 +40,7 @@ class StepResult:
 class GenerateResult:
     spec: AttentionSpec
     target: Target
+    backend: Backend
     out: Path
     steps: list[StepResult] = field(default_factory=list)
     plan: Plan | None = None
@@ -63,7 +56,9 @@ class GenerateResult:
         return self.failed_step is None
 
 
-class StepFailed(Exception):
+class StepFailed(AttnforgeError):
+    """A pipeline step that ran and judged its input wrong (not a bad argument)."""
+
     def __init__(self, step: str, message: str):
         super().__init__(message)
         self.step = step
@@ -87,27 +82,35 @@ def generate(
     target: Target,
     out: str | Path,
     *,
+    backend: str | Backend = "auto",
     run_verification: bool = True,
     interpret: bool | None = None,
     tma: bool = True,
     progress: Progress | None = None,
 ) -> GenerateResult:
     """Run every step; never raises for a step's failure (see ``result.failed_step``).
-    ``tma=False`` keeps pointer loads where TMA descriptors would be used; ``interpret`` forces
-    (True) or forbids (False) Triton's interpreter for verification (default: when no GPU)."""
-    return _Pipeline(spec, target, Path(out), tma, interpret, progress).run(run_verification)
+    ``backend``: a name (``auto``: the first that builds the spec) or a Backend. ``tma=False``
+    keeps pointer loads where TMA descriptors would be used; ``interpret`` forces (True) or
+    forbids (False) the interpreter for verification (default: when there is no GPU)."""
+    chosen = backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
+    return _Pipeline(spec, target, chosen, Path(out), BuiltinPlanner(tma=tma), interpret, progress).run(run_verification)
 
 
 class _Pipeline:
     """One generate run: each step is a method returning a one-line summary or raising."""
 
-    def __init__(self, spec: AttentionSpec, target: Target, out: Path, tma: bool, interpret: bool | None, progress: Progress | None):
+    def __init__(self, spec: AttentionSpec, target: Target, backend: Backend, out: Path, planner: BuiltinPlanner,
+                 interpret: bool | None, progress: Progress | None):
         out.mkdir(parents=True, exist_ok=True)
-        self.spec, self.target, self.out, self.tma, self.interpret = spec, target, out, tma, interpret
+        self.spec, self.target, self.backend, self.out, self.planner, self.interpret = spec, target, backend, out, planner, interpret
         self.say: Progress = progress or (lambda _event, _text: None)
-        self.result = GenerateResult(spec, target, out)
-        self.module = None
+        self.result = GenerateResult(spec, target, backend, out)
+        self.translation: Translation | None = None
         self.current = "plan"
+
+    @property
+    def source_path(self) -> Path:
+        return self.out / self.backend.source_file
 
     def run(self, run_verification: bool) -> GenerateResult:
         result, start = self.result, time.perf_counter()
@@ -122,7 +125,7 @@ class _Pipeline:
             result.failed_step, result.error = err.step, str(err)
         except AttnforgeError as err:
             result.failed_step, result.error = self.current, err.render()
-        except Exception as err:  # an unexpected failure still leaves a report naming the step
+        except Exception as err:  # a bug in a step: recorded with its traceback in the report, not lost
             result.failed_step, result.error = self.current, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=6)}"
         if result.failed_step:
             result.steps.append(StepResult(result.failed_step, False, 0.0, result.error or ""))
@@ -143,10 +146,11 @@ class _Pipeline:
         self.say("ok", f"{name}: {detail}")
 
     def plan_until_it_fits(self) -> None:
-        """plan .. compile; a compile that does not fit the target moves to the next candidate."""
-        skip, total = 0, len(candidates(self.spec, self.target, tma=self.tma)[1])
+        """plan .. compile; a compile that does not fit the target moves to the planner's next plan."""
+        plans = self.planner.plans(self.spec, self.target, refused=self.backend.refused_strategies(self.target))
+        last: DoesNotFitError | None = None
         while True:
-            self.step("plan", functools.partial(self.plan, skip))
+            self.step("plan", lambda: self.plan(plans, last))
             self.step("check", self.check)
             self.step("interpret", self.interpret_tl)
             self.step("translate", self.translate)
@@ -154,16 +158,16 @@ class _Pipeline:
                 self.step("compile", self.compile)
                 return
             except DoesNotFitError as err:  # other compile failures are not a matter of tile sizes
-                p = self.result.plan
-                self.result.rejected.append(f"{_fmt(p.params)}: {err}")
-                skip += 1 + len(p.rejected)
-                if skip >= total:
-                    raise StepFailed("compile", f"no parameter candidate fits {self.target.name}; last: {err}") from err
+                self.result.rejected.append(f"{_fmt(self.result.plan.params)}: {err}")
                 self.say("info", f"compile: does not fit ({err}); trying the planner's next candidate")
+                last = err
 
     # ---------------------------------------------------------------- the steps
-    def plan(self, skip: int) -> str:
-        p = self.result.plan = plan(self.spec, self.target, skip=skip, tma=self.tma)
+    def plan(self, plans: Iterator[Plan], last_misfit: DoesNotFitError | None) -> str:
+        p = next(plans, None)
+        if p is None:
+            raise StepFailed("compile", f"no parameter candidate fits {self.target.name}; last: {last_misfit}")
+        self.result.plan = p
         self.result.rejected += list(p.rejected)
         return f"{p.kind} program, {_fmt(p.params)} ({p.reasons[0]})"
 
@@ -178,7 +182,7 @@ class _Pipeline:
         """The TL program itself, exactly in float64, on small shapes: its logic before any GPU code."""
         p = self.result.plan
         declared = {name for k in p.program.kernels for name in k.scalars}
-        scalars = {k: v for k, v in scalar_arguments(self.spec).items() if k in declared}
+        scalars = {k: v for k, v in self.spec.runtime_scalars().items() if k in declared}
         runs = []
         for shape in _interpret_shapes(self.spec, p.params):
             rep = harness.run_and_compare(p.program, shape, dtype=None, scalars=scalars, file=KERNEL_TL)
@@ -190,19 +194,14 @@ class _Pipeline:
 
     def translate(self) -> str:
         spec = self.spec
-        self.module = translate(self.result.plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=KERNEL_TL)
-        (self.out / KERNEL_PY).write_text(self.module.source)
-        return f"{KERNEL_PY}: {len(self.module.source.splitlines())} lines, kernels {', '.join(i.name for i in self.module.kernels)}"
+        self.translation = self.backend.translate(self.result.plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=KERNEL_TL)
+        self.source_path.write_text(self.translation.source)
+        return f"{self.backend.source_file}: {len(self.translation.source.splitlines())} lines, kernels {', '.join(self.translation.kernels)}"
 
     def compile(self) -> str:
-        reports = self.result.compile_reports = []
-        loaded = GeneratedKernel(self.out / KERNEL_PY, interpret=False)
+        reports = self.result.compile_reports = self.backend.compile(self.translation, self.source_path, self.target, self.out / "build")
         problems = []
-        for info in self.module.kernels:
-            sig, const = info.signature()
-            rep, _ = compile_for_target(getattr(loaded.module, info.name), sig, const, self.target, info.num_warps, info.num_stages,
-                                        keep_dir=self.out / "build", divisible=info.divisible_strides((self.spec.head_dim, self.spec.head_dim_v)))
-            reports.append(rep)
+        for rep in reports:
             try:
                 check_fits(rep, self.target)
             except DoesNotFitError as err:
@@ -212,7 +211,7 @@ class _Pipeline:
         return "; ".join(f"{r.kernel}: {r.registers} regs, {r.shared_bytes // 1024} KiB shared, {r.spill_bytes} B spills, {'+'.join(r.instructions)}" for r in reports)
 
     def verify(self) -> str:
-        kernel = GeneratedKernel(self.out / KERNEL_PY, interpret=self.interpret)
+        kernel = self.backend.load(self.source_path, interpret=self.interpret)
 
         def case_done(done: int, total: int, case) -> None:
             mark = "ok" if case.passed else "FAIL"
@@ -228,75 +227,3 @@ class _Pipeline:
 
 def _fmt(params: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
-
-
-def _versions() -> dict[str, str]:
-    import torch
-    import triton
-    return {"attnforge": __version__, "triton": triton.__version__, "torch": torch.__version__, "python": platform.python_version()}
-
-
-def report_dict(result: GenerateResult, total_seconds: float) -> dict:
-    p = result.plan
-    return {
-        "ok": result.ok,
-        "failed_step": result.failed_step,
-        "error": result.error,
-        "spec": result.spec.to_dict(),
-        "spec_summary": result.spec.describe(),
-        "target": {"name": result.target.name, "sm": result.target.sm, "product": result.target.product},
-        "versions": _versions(),
-        "gpu_present": gpu_available(),
-        "plan": None if p is None else {"kind": p.kind, "parameters": p.params, "reasons": list(p.reasons)},
-        "rejected_candidates": result.rejected,
-        "tl": None if p is None else print_program(p.program),
-        "check": None if p is None else {
-            "findings": [str(f) for f in p.check.findings],
-            "resources": [asdict(r) for r in p.check.resources],
-        },
-        "interpret": result.interpret_runs,
-        "compile": [r.to_dict() for r in result.compile_reports],
-        "verification": None if result.verification is None else result.verification.to_dict(),
-        "steps": [asdict(s) for s in result.steps],
-        "total_seconds": round(total_seconds, 3),
-        "files": {"tl": KERNEL_TL, "triton": KERNEL_PY},
-    }
-
-
-def write_reports(result: GenerateResult, total_seconds: float) -> None:
-    data = report_dict(result, total_seconds)
-    (result.out / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (result.out / "report.md").write_text(report_markdown(data))
-
-
-def report_markdown(d: dict) -> str:
-    status = "verified" if d["ok"] and d["verification"] else ("generated (not verified)" if d["ok"] else f"FAILED at step {d['failed_step']}")
-    lines = [f"# attnforge kernel: {d['spec_summary']}", "",
-             f"- target: {d['target']['name']} ({d['target']['sm']}, {d['target']['product']})",
-             f"- status: **{status}**",
-             "- versions: " + ", ".join(f"{k} {v}" for k, v in d["versions"].items()), ""]
-    if d["error"]:
-        lines += ["## Failure", "", "```", d["error"], "```", ""]
-    if d["plan"]:
-        lines += ["## Plan", "", f"{d['plan']['kind']} program; parameters: " + ", ".join(f"{k}={v}" for k, v in d["plan"]["parameters"].items()), ""]
-        lines += [f"- {r}" for r in d["plan"]["reasons"]]
-        lines += [f"- rejected: {r}" for r in d["rejected_candidates"]] + [""]
-    lines += ["## Steps", "", "| step | ok | seconds | detail |", "|---|---|---|---|"]
-    lines += [f"| {s['name']} | {'yes' if s['ok'] else 'NO'} | {s['seconds']:.2f} | {s['detail'].splitlines()[0] if s['detail'] else ''} |" for s in d["steps"]]
-    lines.append("")
-    if d["compile"]:
-        lines += ["## Compile", "", "| kernel | target | warps | stages | registers | shared KiB | spill B | instructions |", "|---|---|---|---|---|---|---|---|"]
-        for c in d["compile"]:
-            lines.append(f"| {c['kernel']} | {c['ptx_target']} | {c['num_warps']} | {c['num_stages']} | {c['registers']} | {c['shared_bytes'] / 1024:.1f} | {c['spill_bytes']} | {', '.join(c['instructions'])} |")
-        notes = [n for c in d["compile"] for n in c["notes"]]
-        lines += [""] + [f"- {n}" for n in notes] + [""]
-    v = d["verification"]
-    if v:
-        lines += ["## Verification", "", f"On {v['device']}, {v['dtype']}: {'all pass' if v['passed'] else 'FAILURES'}; max err(O) {v['max_err_o']:.3g}, max err(LSE) {v['max_err_lse']:.3g}.", "",
-                  "| shape (B x Hq/Hkv x Sq x Sk, layout) | err(O) | bound | err(LSE) | bound | pass |", "|---|---|---|---|---|---|"]
-        for c in v["cases"]:
-            lines.append(f"| {c['shape']} | {c['err_o']:.3g} | {c['tol_o']:g} | {c['err_lse']:.3g} | {c['tol_lse']:g} | {'yes' if c['passed'] else 'NO'} |")
-        lines.append("")
-    if d["tl"]:
-        lines += ["## TL program", "", "```", d["tl"].rstrip(), "```", ""]
-    return "\n".join(lines)

@@ -16,8 +16,29 @@ from typing import Callable
 
 import numpy as np
 
+from .errors import SpecError
+
 ScoreFn = Callable[..., np.ndarray]  # (score, b, h, q_idx, kv_idx) -> score, all broadcast arrays
 MaskFn = Callable[..., np.ndarray]  # (b, h, q_idx, kv_idx) -> bool
+
+
+def alibi_slopes_for(heads: int) -> tuple[float, ...]:
+    """The standard ALiBi slopes for ``heads`` heads (Press et al., 2022, including the non-power-of-two recipe).
+
+    For a power of two ``n`` the slopes are ``2**(-8/n * k)`` for k = 1..n (8 heads: 1/2, 1/4, ..., 1/256).
+    Otherwise, with ``p`` the largest power of two below ``heads``, they are the ``p`` slopes for ``p``
+    heads followed by every other slope (the 1st, 3rd, ...) of the ``2p``-head list, ``heads - p`` of them.
+    """
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise SpecError("heads", heads, "an integer >= 1", hint="ALiBi slopes need a positive head count")
+
+    def power_of_two(count: int) -> list[float]:
+        return [2.0 ** (-8.0 * k / count) for k in range(1, count + 1)]
+
+    p = 1 << (heads.bit_length() - 1)
+    if p == heads:
+        return tuple(power_of_two(heads))
+    return tuple(power_of_two(p) + power_of_two(2 * p)[0::2][: heads - p])
 
 
 def attention_reference(

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .dtypes import STORAGE_DTYPES
+from .abi import scalar_values
 from .errors import AttnforgeError, SpecError
+from .reference import alibi_slopes_for
+from .sizes import HEAD_DIM_MAX, HEAD_DIM_MIN
 from .tl import nodes as n
 from .tl.evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, expr_kind
 from .tl.parser import FUNCTIONS, parse_expr
@@ -35,32 +38,12 @@ DTYPE_ALIASES: dict[str, str] = {
     "fp8e5m2": "fp8e5m2", "fp8_e5m2": "fp8e5m2", "e5m2": "fp8e5m2", "float8_e5m2": "fp8e5m2", "torch.float8_e5m2": "fp8e5m2",
 }
 CAUSAL_ALIGNS: tuple[str, ...] = ("bottom_right", "top_left")
-HEAD_DIM_MIN, HEAD_DIM_MAX = 16, 512
 
 # Modifier expressions read TL's own names, so a modifier drops into TL-Code as it is
 # (Sq, Sk: query and key lengths; Hq, Hkv: query and key/value heads): SCORE_MOD_NAMES, MASK_MOD_NAMES.
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def alibi_slopes_for(heads: int) -> tuple[float, ...]:
-    """The standard ALiBi slopes for ``heads`` heads (Press et al., 2022, including the non-power-of-two recipe).
-
-    For a power of two ``n`` the slopes are ``2**(-8/n * k)`` for k = 1..n (8 heads: 1/2, 1/4, ..., 1/256).
-    Otherwise, with ``p`` the largest power of two below ``heads``, they are the ``p`` slopes for ``p``
-    heads followed by every other slope (the 1st, 3rd, ...) of the ``2p``-head list, ``heads - p`` of them.
-    """
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
-        raise SpecError("heads", heads, "an integer >= 1", hint="ALiBi slopes need a positive head count")
-
-    def power_of_two(count: int) -> list[float]:
-        return [2.0 ** (-8.0 * k / count) for k in range(1, count + 1)]
-
-    p = 1 << (heads.bit_length() - 1)
-    if p == heads:
-        return tuple(power_of_two(heads))
-    return tuple(power_of_two(p) + power_of_two(2 * p)[0::2][: heads - p])
 
 
 def _check_int(field: str, value: object, low: int, high: int | None = None, *, hint: str | None = None, allowed: str | None = None) -> int:
@@ -313,6 +296,10 @@ class AttentionSpec:
         """
         total = 2 * self.batch * self.heads * self.seqlen_q * self.seqlen_k * (self.head_dim + self.head_dim_v)  # type: ignore[operator]
         return total // 2 if self.causal and self.seqlen_q == self.seqlen_k else total
+
+    def runtime_scalars(self) -> dict[str, int | float]:
+        """Values of the kernel's runtime scalars (``abi.RUNTIME_SCALARS``) this spec sets."""
+        return scalar_values(self)
 
     def describe(self) -> str:
         """One line, e.g. ``gqa bf16 B=1 Hq=32/Hkv=8 Sq=1024 Sk=1024 D=128 causal(bottom_right)``."""

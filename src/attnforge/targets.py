@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import TYPE_CHECKING, Any, Sequence
 
+from .dtypes import STORAGE_DTYPES
 from .errors import TargetError
 
 if TYPE_CHECKING:  # rich is only needed when a table is actually drawn
@@ -29,8 +31,21 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-# Storage dtypes a kernel may read; tensor_core_dtype maps them onto operand dtypes.
-STORAGE_DTYPES = ("fp16", "bf16", "fp32", "fp8e4m3", "fp8e5m2", "int8")
+# What tensor_core_dtype maps onto operand dtypes: the storage formats, and int8.
+_OPERAND_INPUTS = STORAGE_DTYPES + ("int8",)
+
+# Generated for when there is no GPU to detect (``--target auto`` on a CPU, attention() on CPU tensors).
+DEFAULT_TARGET = "h100"
+
+# TMA (sm_90+) reads tensors whose innermost stride is 1 and whose other strides and base
+# address are multiples of 16 bytes.
+TMA_ALIGN_BYTES = 16
+
+
+def tma_can_read(strides: Sequence[int], element_size: int, data_ptr: int = 0) -> bool:
+    """Whether TMA can address a tensor with these strides (in elements) and base address."""
+    return (strides[-1] == 1 and data_ptr % TMA_ALIGN_BYTES == 0
+            and all(s * element_size % TMA_ALIGN_BYTES == 0 for s in strides[:-1]))
 
 
 @dataclass(frozen=True)
@@ -170,9 +185,9 @@ class Target:
         """The operand dtype the tensor cores would run `dtype` data as, or None if none can.
 
         fp32 data runs as tf32 only when the caller allows the precision loss."""
-        if dtype not in STORAGE_DTYPES and dtype != "tf32":
+        if dtype not in _OPERAND_INPUTS and dtype != "tf32":
             raise TargetError(f"unknown dtype {dtype!r}", where=f"target {self.name}",
-                              hint="use one of: " + ", ".join(STORAGE_DTYPES))
+                              hint="use one of: " + ", ".join(_OPERAND_INPUTS))
         if dtype == "fp32":
             if not allow_tf32:
                 return None
@@ -309,24 +324,35 @@ def get_target(name: str) -> Target:
 
 
 def target_for_device(cc: tuple[int, int], device_name: str) -> Target:
-    """The table entry closest to a device with this compute capability and name."""
+    """The table entry for a device with this compute capability and name.
+
+    A device the table does not name gets the nearest entry of its architecture, with a
+    warning: the same compute capability, else (before sm_90) a lower minor revision, whose
+    code it runs. From sm_90 on the "a" features (wgmma, TMA, tcgen05) are tied to the exact
+    chip, so an unlisted one is an error that lists the known targets."""
     same_cc = [t for t in TARGETS.values() if t.cc == cc]
     for t in same_cc:
         if re.search(_DEVICE_NAME[t.name], device_name, re.IGNORECASE):
             return t
+    nearest = None
     if same_cc:
-        return TARGETS[CC_DEFAULT[cc]]
-    # An unlisted minor revision runs code built for a lower minor of the same major, but
-    # only before sm_90: the "a" features of sm_90a/sm_100a are tied to that exact chip.
-    lower = [c for c in CC_DEFAULT if c[0] == cc[0] and c[1] < cc[1] and cc < (9, 0)]
-    if lower:
-        return TARGETS[CC_DEFAULT[max(lower)]]
-    raise TargetError(f"local GPU {device_name!r} (sm_{cc[0]}{cc[1]}) has no entry in the target table",
-                      where="target auto", hint=_allowed_hint(auto=False))
+        nearest = TARGETS[CC_DEFAULT[cc]]
+    else:
+        lower = [c for c in CC_DEFAULT if c[0] == cc[0] and c[1] < cc[1] and cc < (9, 0)]
+        if lower:
+            nearest = TARGETS[CC_DEFAULT[max(lower)]]
+    if nearest is None:
+        raise TargetError(f"GPU {device_name!r} (sm_{cc[0]}{cc[1]}) has no entry in the target table",
+                          where="target auto", hint=_allowed_hint(auto=False))
+    warnings.warn(f"GPU {device_name!r} (sm_{cc[0]}{cc[1]}) is not in attnforge's target table; using the nearest "
+                  f"entry of its architecture, {nearest.name} ({nearest.product}, {nearest.sm}): limits and peak "
+                  "rates may differ (pass --target / a target name to choose)", stacklevel=2)
+    return nearest
 
 
-def detect_local_target() -> Target:
-    """The table entry for CUDA device 0, found through torch (imported only here)."""
+def detect_local_target(device: int | None = None) -> Target:
+    """The table entry for a local CUDA device (default: the current one), found through torch
+    (imported only here). The CLI's ``--target auto`` and ``attention()`` both resolve GPUs here."""
     try:
         import torch
     except ImportError:
@@ -335,8 +361,9 @@ def detect_local_target() -> Target:
     if not torch.cuda.is_available():
         raise TargetError("no local GPU: torch sees no CUDA device",
                           where="target auto", hint=_allowed_hint(auto=False))
-    cc = tuple(torch.cuda.get_device_capability(0))
-    return target_for_device((cc[0], cc[1]), torch.cuda.get_device_name(0))
+    index = torch.cuda.current_device() if device is None else device
+    cc = tuple(torch.cuda.get_device_capability(index))
+    return target_for_device((cc[0], cc[1]), torch.cuda.get_device_name(index))
 
 
 # ------------------------------------------------------------------------------ output

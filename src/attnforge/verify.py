@@ -1,7 +1,7 @@
 """Verification: a generated kernel against the float64 reference, on fresh inputs per case.
 
-Each case draws new random inputs (every 7th query row scaled so its logits reach about +-1000:
-a kernel that exponentiates without subtracting the running max overflows there), poisons the
+Each case draws new random inputs (the hot query rows of ``numerics`` scaled so their logits reach
+about +-1000: a kernel that exponentiates without subtracting the running max overflows there), poisons the
 outputs with NaN (an element the kernel never writes fails), runs the kernel (natively on a GPU,
 in Triton's interpreter on a CPU), and compares O and the log-sum-exp with the reference computed
 in float64 from the same rounded inputs. Shapes cover odd lengths, tails of every tile, Sq < Sk
@@ -18,23 +18,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .kernel import TORCH_DTYPES, GeneratedKernel
+from .backends.base import Kernel
+from .dtypes import torch_dtype
+from .numerics import ACCUMULATE_UNIT, O_TOLERANCE, OPERAND_ROUNDING, lse_tolerance, scale_hot_rows
 from .reference import attention_reference, lse_error, relative_error
 from .spec import AttentionSpec, alibi_slopes_for
-from .tl.harness import HOT_EVERY, HOT_SCALE, TOLERANCE, expr_fn
+from .tl.evaluate import expr_fn
 from .tl.parser import parse_expr
-
-# Relative error bounds on O (||out - ref|| / ||ref||) by what the GEMMs read; see DESIGN.md.
-O_TOLERANCE = {**TOLERANCE, "tf32": 2e-3}
-# The log-sum-exp is checked row by row against |lse - ref| <= LSE_TOLERANCE * (1 + |ref|) + the
-# error bound of the row's scores (lse is 1-Lipschitz in the scores under the max norm). A score
-# is an fp32 sum of D products: its error is at most (operand rounding + D * 2^-23) * scale *
-# sum_d |q_d| |k_d| (2^-23: tensor cores truncate while accumulating). With logits near 1000
-# (the hot rows) and D = 256 that bound, not the 1e-5, dominates.
-LSE_TOLERANCE = {"fp16": 1e-5, "bf16": 1e-5, "fp32": 1e-5, "tf32": 1e-5}
-OPERAND_ROUNDING = {"fp16": 0.0, "bf16": 0.0, "fp32": 2.0**-24, "tf32": 2.0**-10}  # products exact in fp32 for 16-bit inputs
-ACCUMULATE_UNIT = 2.0**-23
-
 
 @dataclass(frozen=True)
 class CaseShape:
@@ -132,7 +122,7 @@ def reference(spec: AttentionSpec, shape: CaseShape, q: np.ndarray, k: np.ndarra
 def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, hot: bool = False) -> torch.Tensor:
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64)
     if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
-        x[:, :, HOT_EVERY // 2::HOT_EVERY] *= HOT_SCALE
+        scale_hot_rows(x)
     x = x.to(dtype)
     if shape.layout == "bshd":
         return x.transpose(1, 2).contiguous().to(device).transpose(1, 2)
@@ -147,16 +137,8 @@ def _empty(shape: CaseShape, dims: tuple[int, ...], dtype: torch.dtype, device: 
     return torch.full(dims, math.nan, dtype=dtype, device=device)
 
 
-def scalar_arguments(spec: AttentionSpec) -> dict:
-    out: dict = {"scale": spec.scale}
-    for name in ("softcap", "window_left", "window_right"):
-        if getattr(spec, name) is not None:
-            out[name] = getattr(spec, name)
-    return out
-
-
-def run_case(kernel: GeneratedKernel, spec: AttentionSpec, shape: CaseShape, seed: int) -> CaseResult:
-    dtype = TORCH_DTYPES[spec.dtype]
+def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int) -> CaseResult:
+    dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator().manual_seed(seed)
     q = _tensor(gen, shape, shape.Hq, shape.Sq, spec.head_dim, dtype, device, hot=True)
@@ -165,12 +147,12 @@ def run_case(kernel: GeneratedKernel, spec: AttentionSpec, shape: CaseShape, see
     o = _empty(shape, (shape.B, shape.Hq, shape.Sq, spec.head_dim_v), dtype, device)
     lse = torch.full((shape.B, shape.Hq, shape.Sq), math.nan, dtype=torch.float32, device=device)
     slopes = None
-    args = scalar_arguments(spec)
+    args: dict = spec.runtime_scalars()
     if spec.alibi_slopes is not None:
         slopes = np.array(spec.alibi_slopes if shape.Hq == spec.heads else alibi_slopes_for(shape.Hq))
         args["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
     fmt = _mma_format(spec)
-    tol_o, tol_lse = O_TOLERANCE[fmt], LSE_TOLERANCE[fmt]
+    tol_o, tol_lse = O_TOLERANCE[fmt], lse_tolerance(fmt)
     start = time.perf_counter()
     try:
         kernel.launch(q, k, v, o, lse, **args)
@@ -212,7 +194,7 @@ def _lse_within_bound(out: np.ndarray, ref: np.ndarray, score_bound: np.ndarray,
 
 
 def verify(
-    kernel: GeneratedKernel,
+    kernel: Kernel,
     spec: AttentionSpec,
     params: dict[str, int],
     *,
@@ -223,7 +205,7 @@ def verify(
     """Run every case and return the record; ``progress(done, total, case)`` after each."""
     native = not kernel.interpret
     shapes = verification_shapes(spec, params, native=native) if shapes is None else shapes
-    name = f"cuda:{torch.cuda.get_device_name()}" if native else "cpu (Triton interpreter)"
+    name = f"cuda:{torch.cuda.get_device_name()}" if native else "cpu (interpreter)"
     record = VerifyRecord(name, _mma_format(spec))
     for i, shape in enumerate(shapes):
         case = run_case(kernel, spec, shape, seed + i)

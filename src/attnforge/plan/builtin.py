@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Collection, Iterator
 
+from ..abi import scalar_values
+from ..dtypes import FORMATS, KERNEL_DTYPES
 from ..errors import SpecError, TLCheckError
 from ..spec import AttentionSpec
-from ..targets import Target
+from ..targets import Target, tma_can_read
 from ..tl import nodes as n
 from ..tl.checker import check
 from ..tl.findings import CheckResult
 from ..tl.parser import parse
 
 
-# Input formats the planner writes kernels for (fp8 needs scales the spec does not carry yet).
-GENERATED_DTYPES = ("fp16", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,8 @@ def _features(spec: AttentionSpec) -> list[str]:
 
 
 def _scalars(spec: AttentionSpec) -> list[str]:
-    names = ["scale"]
-    if spec.softcap is not None:
-        names.append("softcap")
-    if spec.window_left is not None:
-        names.append("window_left")
-    if spec.window_right is not None:
-        names.append("window_right")
-    return names
+    """The runtime scalars the spec gives values to, in the ABI's order."""
+    return list(scalar_values(spec))
 
 
 def _key_range(spec: AttentionSpec) -> tuple[str, str]:
@@ -279,8 +274,8 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
 def tma_usable(spec: AttentionSpec, target: Target) -> bool:
     """TMA on the target, and rows of q/k/v that are whole 16-byte units (contiguous BHSD and
     BSHD tensors then have every stride 16-byte aligned, as TMA requires)."""
-    size = {"fp16": 2, "bf16": 2, "fp32": 4}.get(spec.dtype, 1)
-    return target.has_tma and spec.head_dim * size % 16 == 0 and spec.head_dim_v * size % 16 == 0
+    size = FORMATS[spec.dtype].bytes
+    return target.has_tma and all(tma_can_read((d, 1), size) for d in (spec.head_dim, spec.head_dim_v))
 
 
 def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
@@ -330,13 +325,14 @@ def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     return out
 
 
-def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True) -> tuple[str, list[Candidate]]:
+def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> tuple[str, list[Candidate]]:
     """The kind of program and its parameter candidates, best first. With ``tma`` (and a target
-    and head dims that allow it) q/k/v tiles are read through TMA descriptors: 0.72-0.78x cuDNN
-    against 0.54-0.64x with pointer loads, measured on the H200 (bench/RESULTS.md)."""
+    and head dims that allow it, and a backend that does not refuse it) q/k/v tiles are read
+    through TMA descriptors: 0.72-0.78x cuDNN against 0.54-0.64x with pointer loads, measured on
+    the H200 (bench/RESULTS.md). ``refused``: strategies the backend rules out on ``target``."""
     kind = "decode" if spec.is_decode else "prefill"
     cands = _decode_candidates(spec, target) if spec.is_decode else _prefill_candidates(spec, target)
-    if tma and tma_usable(spec, target):
+    if tma and tma_usable(spec, target) and "tma" not in refused:
         cands = [Candidate({**c.params, "tma": 1}, c.reason + "; q/k/v through TMA descriptors") for c in cands]
     return kind, cands
 
@@ -345,29 +341,51 @@ def source_for(spec: AttentionSpec, target: Target, kind: str, params: dict[str,
     return decode_source(spec, target, params) if kind == "decode" else prefill_source(spec, target, params)
 
 
-def plan(spec: AttentionSpec, target: Target, *, skip: int = 0, tma: bool = True) -> Plan:
-    """The first candidate (after ``skip``) whose TL program the checker accepts for ``target``;
-    ``tma=False`` keeps pointer loads (for tensors whose strides TMA cannot take).
+def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> Iterator[Plan]:
+    """Every candidate whose TL program the checker accepts for ``target``, best first; each
+    plan lists the candidates the checker refused since the previous one (``Plan.rejected``).
+    The caller takes the next plan when the compiler finds one does not fit.
 
-    Raises TLCheckError with the last candidate's findings if none passes (for example a dtype
-    the target's tensor cores lack, which no parameter change fixes)."""
-    if spec.dtype not in GENERATED_DTYPES:
-        raise SpecError("dtype", spec.dtype, ", ".join(GENERATED_DTYPES) + " for generated kernels",
+    Raises TLCheckError with a candidate's findings when the checker refuses it for a reason
+    smaller tiles cannot fix (a dtype the target's tensor cores lack), or when no candidate passes."""
+    if spec.dtype not in KERNEL_DTYPES:
+        raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " for generated kernels",
                         hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
-    kind, cands = candidates(spec, target, tma=tma)
+    kind, cands = candidates(spec, target, tma=tma, refused=refused)
     rejected: list[str] = []
+    yielded = False
     last = None
-    for cand in cands[skip:]:
+    for cand in cands:
         text = source_for(spec, target, kind, cand.params)
         program = parse(text, file="kernel.tl")
         result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
         if result.ok:
-            return Plan(program, text, cand.params, kind, (cand.reason,), result, tuple(rejected))
+            yield Plan(program, text, cand.params, kind, (cand.reason,), result, tuple(rejected))
+            yielded, rejected = True, []
+            continue
         rejected.append(f"{_fmt(cand.params)}: " + "; ".join(f"{f.code} {f.message}" for f in result.errors[:2]))
         last = result
         if not any(f.code in ("TL503", "TL504") for f in result.errors):
-            break  # not a resource problem: smaller tiles will not help
-    raise TLCheckError(last.errors if last else [], file="kernel.tl")
+            raise TLCheckError(result.errors, file="kernel.tl")  # not a resource problem: smaller tiles will not help
+    if not yielded:
+        raise TLCheckError(last.errors if last else [], file="kernel.tl")
+
+
+def plan(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> Plan:
+    """The first plan of ``plans`` (the planner's best candidate the checker accepts)."""
+    return next(plans(spec, target, tma=tma, refused=refused))
+
+
+class BuiltinPlanner:
+    """Stage 1 by rules (this module), behind the interface ``generate`` drives: ``plans``."""
+
+    name = "builtin"
+
+    def __init__(self, *, tma: bool = True):
+        self.tma = tma
+
+    def plans(self, spec: AttentionSpec, target: Target, refused: Collection[str] = ()) -> Iterator[Plan]:
+        return plans(spec, target, tma=self.tma, refused=refused)
 
 
 def _fmt(params: dict[str, int]) -> str:

@@ -177,3 +177,14 @@ def expr_kind(e: n.Expr) -> str:
             raise KindError(e, f"{e.func}() takes numbers, not truth values")
         return "num"
     raise TypeError(f"not an expression: {e!r}")
+
+
+def expr_fn(expr: n.Expr, sizes: Mapping[str, int], with_score: bool):
+    """A score_mod (``with_score``) or mask_mod expression as a numpy function for the reference."""
+    def fn(*args):
+        names = ("score", "b", "h", "q_idx", "kv_idx") if with_score else ("b", "h", "q_idx", "kv_idx")
+        env = dict(sizes)
+        env.update(zip(names, args))
+        with np.errstate(all="ignore"):
+            return evaluate(expr, env)
+    return fn

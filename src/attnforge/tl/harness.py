@@ -15,20 +15,12 @@ import numpy as np
 
 from ..dtypes import round_to
 from ..errors import AttnforgeError
-from ..reference import attention_reference, lse_error, relative_error
-from ..spec import alibi_slopes_for
+from ..numerics import O_TOLERANCE, lse_tolerance, scale_hot_rows
+from ..reference import alibi_slopes_for, attention_reference, lse_error, relative_error
 from . import nodes as n
-from .evaluate import evaluate
+from .evaluate import evaluate, expr_fn
 from .interpreter import run_program
 
-# Bounds on O's relative error by the precision the program is run at (None: exact float64).
-TOLERANCE = {None: 1e-10, "fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp8e4m3": 1.5e-1, "fp8e5m2": 3e-1}
-# The log-sum-exp is accumulated in fp32 whatever the inputs are (see reference.lse_error).
-LSE_TOLERANCE = {None: 1e-10}
-LSE_TOLERANCE_ROUNDED = 1e-5
-# Every HOT_EVERY-th query row is scaled up so its logits reach about +-1000: a program that
-# exponentiates without subtracting the running max overflows there even in float64.
-HOT_EVERY, HOT_SCALE = 7, 400.0
 
 
 @dataclass(frozen=True)
@@ -98,17 +90,6 @@ def default_scalars(program: n.Program, shape: Shape) -> dict[str, float]:
     return defaults
 
 
-def expr_fn(expr: n.Expr, sizes: Mapping[str, int], with_score: bool):
-    """A score_mod (``with_score``) or mask_mod expression as a numpy function for the reference."""
-    def fn(*args):
-        names = ("score", "b", "h", "q_idx", "kv_idx") if with_score else ("b", "h", "q_idx", "kv_idx")
-        env = dict(sizes)
-        env.update(zip(names, args))
-        with np.errstate(all="ignore"):
-            return evaluate(expr, env)
-    return fn
-
-
 def reference_for(program: n.Program, shape: Shape, q, k, v, scalars: Mapping[str, float], slopes: np.ndarray | None):
     """The float64 reference of what ``program`` claims to compute (its ``computes`` header)."""
     feats = features(program)
@@ -150,8 +131,8 @@ def run_and_compare(
 
     ``dtype=None`` runs exactly in float64 (bound 1e-10); a dtype rounds inputs, casts and
     stores to that format and uses its tolerance. Outputs start as NaN, so an element the
-    program never writes fails the comparison. Every ``HOT_EVERY``-th query row has logits near
-    +-1000, so a program that skips the running-max subtraction overflows.
+    program never writes fails the comparison. The hot query rows (``numerics.scale_hot_rows``) have
+    logits near +-1000, so a program that skips the running-max subtraction overflows.
     """
     rng = np.random.default_rng(seed)
     def make(*dims):
@@ -159,7 +140,7 @@ def run_and_compare(
         return round_to(x, dtype) if dtype else x
     q = rng.standard_normal((shape.B, shape.Hq, shape.Sq, shape.D))
     if dtype not in ("fp8e4m3", "fp8e5m2"):  # fp8 cannot hold the scaled rows without per-tensor scales
-        q[:, :, ::HOT_EVERY] *= HOT_SCALE
+        scale_hot_rows(q)
     q = round_to(q, dtype) if dtype else q
     k = make(shape.B, shape.Hkv, shape.Sk, shape.D)
     v = make(shape.B, shape.Hkv, shape.Sk, shape.Dv)
@@ -180,7 +161,7 @@ def run_and_compare(
     result = run_program(program, shape.sizes(), tensors, scalars=values, exact=dtype is None, file=file, progress=progress)
     ref_o, ref_lse = reference_for(program, shape, q, k, v, values, slopes)
     return RunReport(shape, dtype, relative_error(result.tensors["o"], ref_o), lse_error(result.tensors["lse"], ref_lse),
-                     TOLERANCE[dtype], LSE_TOLERANCE.get(dtype, LSE_TOLERANCE_ROUNDED), result.programs, result.loop_trips)
+                     O_TOLERANCE[dtype], lse_tolerance(dtype), result.programs, result.loop_trips)
 
 
 def specialize(program: n.Program, *, dtype: str | None = None, params: Mapping[str, int] | None = None) -> n.Program:
@@ -217,4 +198,4 @@ def default_shapes(program: n.Program) -> list[Shape]:
     ]
 
 
-__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "specialize", "default_shapes", "TOLERANCE"]
+__all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "specialize", "default_shapes"]

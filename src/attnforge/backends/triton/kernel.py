@@ -19,14 +19,8 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from .errors import AttnforgeError
-from .runtime.triton_interpreter import KNOB_LOCK, interpreting
-
-# Formats generated kernels take, as torch dtypes (the planner's GENERATED_DTYPES).
-TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-# Runtime scalars a generated launcher may take, and where their values come from.
-SCALAR_NAMES = ("scale", "softcap", "window_left", "window_right")
+from ...errors import AttnforgeError, LaunchError
+from .interpreter import KNOB_LOCK, interpreting
 
 
 def gpu_available() -> bool:
@@ -78,12 +72,12 @@ class GeneratedKernel:
         takes = self.accepts - {"q", "k", "v", "o", "lse"}
         unknown = sorted(set(scalars) - takes)
         if unknown:
-            raise AttnforgeError(f"this kernel takes no {', '.join(unknown)}", where="kernel call",
+            raise LaunchError(f"this kernel takes no {', '.join(unknown)}", where="kernel call",
                                  hint=f"it takes {', '.join(sorted(takes))} (a feature the kernel was not generated for cannot be switched on at call time)")
         kwargs = dict(scalars)
         missing = sorted(takes - set(kwargs))
         if missing:
-            raise AttnforgeError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
+            raise LaunchError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
         if self.interpret:
             # numpy warns on the inf/nan the kernel computes on purpose (masked scores, empty rows),
             # and Triton's interpreter on its own use of numpy (__index__ of 1-element arrays).

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from attnforge.errors import AttnforgeError
+from ...errors import AttnforgeError
 
 _PATCH_MARK = "_attnforge_fix"
 

@@ -11,10 +11,11 @@ functions are widened, as Python would.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NoReturn
 
-from ..errors import Position, TranslateError
-from ..tl import nodes as n
+from ...analysis.bounds import FLOAT_FUNCS, is_float, nonnegative
+from ...errors import Position, TranslateError
+from ...tl import nodes as n
 
 _BINARY_PY = {"and": "&", "or": "|"}
 
@@ -26,12 +27,6 @@ _DEVICE_FUNCS = {
     "where": "tl.where", "cdiv": "tl.cdiv", "floor": "tl.floor", "ceil": "tl.ceil",
 }
 _HOST_FUNCS = {"min": "min", "max": "max", "abs": "abs", "cdiv": "triton.cdiv"}
-
-# Functions that need a float argument (Triton refuses integers) and return a float.
-_FLOAT_FUNCS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "tanh", "sigmoid", "floor", "ceil"})
-
-# Functions whose result is non-negative when every argument is.
-_MONOTONE_NONNEG = frozenset({"min", "max", "cdiv", "abs", "exp", "exp2", "sqrt", "sigmoid", "floor", "ceil"})
 
 
 @dataclass
@@ -46,64 +41,7 @@ class ExprContext:
     floats: set[str] = field(default_factory=set)  # TL names holding floats (score, float scalars)
 
 
-def is_float(e: n.Expr, floats: set[str]) -> bool:
-    """Whether ``e`` is a float in the kernel (otherwise an integer or a truth value)."""
-    if isinstance(e, n.Num):
-        return isinstance(e.value, float)
-    if isinstance(e, n.Name):
-        return e.id in floats or e.id == "inf"
-    if isinstance(e, n.Index):
-        return True  # tensors hold floats
-    if isinstance(e, n.Unary):
-        return e.op == "-" and is_float(e.operand, floats)
-    if isinstance(e, n.Binary):
-        if e.op == "/":
-            return True
-        return e.op in ("+", "-", "*", "//", "%") and (is_float(e.left, floats) or is_float(e.right, floats))
-    if isinstance(e, n.Call):
-        if e.func in _FLOAT_FUNCS:
-            return True
-        args = e.args[1:] if e.func == "where" else e.args
-        return any(is_float(a, floats) for a in args)
-    return False
-
-
-INDEX_NAMES = frozenset({"q_idx", "kv_idx", "b", "h"})
-
-
-def multiplies_indices(e: n.Expr, floats: set[str]) -> bool:
-    """Whether ``e`` multiplies an index by an integer: such products can pass 2^31 when int32
-    (the reference computes in int64), so the kernel widens the indices first."""
-    if isinstance(e, n.Binary):
-        if e.op == "*" and not is_float(e.left, floats) and not is_float(e.right, floats) \
-                and (n.expr_names(e.left) | n.expr_names(e.right)) & INDEX_NAMES:
-            return True
-        return multiplies_indices(e.left, floats) or multiplies_indices(e.right, floats)
-    if isinstance(e, n.Unary):
-        return multiplies_indices(e.operand, floats)
-    if isinstance(e, (n.Call, n.Index)):
-        return any(multiplies_indices(a, floats) for a in e.args)
-    return False
-
-
-def nonnegative(e: n.Expr, known: set[str]) -> bool:
-    """Whether ``e`` is >= 0 whatever the runtime values (a conservative proof)."""
-    if isinstance(e, n.Num):
-        return e.value >= 0
-    if isinstance(e, n.Name):
-        return e.id in known
-    if isinstance(e, n.Binary) and e.op in ("+", "*", "//", "%", "/"):
-        return nonnegative(e.left, known) and nonnegative(e.right, known)
-    if isinstance(e, n.Call):
-        if e.func == "max":
-            return any(nonnegative(a, known) for a in e.args)
-        if e.func == "abs":
-            return True
-        return e.func in _MONOTONE_NONNEG and all(nonnegative(a, known) for a in e.args)
-    return False
-
-
-def _fail(e: n.Node, message: str, ctx: ExprContext, hint: str | None = None) -> None:
+def _fail(e: n.Node, message: str, ctx: ExprContext, hint: str | None = None) -> NoReturn:
     raise TranslateError(message, where=Position(e.line, e.col, ctx.file), hint=hint)
 
 
@@ -135,7 +73,7 @@ def device(e: n.Expr, ctx: ExprContext) -> str:
         return f"({left} {_BINARY_PY.get(e.op, e.op)} {right})"
     if isinstance(e, n.Call):
         parts = [device(a, ctx) for a in e.args]
-        if e.func in _FLOAT_FUNCS:  # widen integer arguments (indices) as Python would
+        if e.func in FLOAT_FUNCS:  # widen integer arguments (indices) as Python would
             parts = [p if is_float(a, ctx.floats) else f"({p} * 1.0)" for p, a in zip(parts, e.args)]
         if e.func == "cdiv" and not all(nonnegative(a, ctx.nonneg) for a in e.args):
             # tl.cdiv truncates; TL's cdiv(a, b) is -floor(-a / b)
@@ -166,7 +104,6 @@ def host(e: n.Expr, ctx: ExprContext) -> str:
     if isinstance(e, n.Call) and e.func in _HOST_FUNCS:
         return f"{_HOST_FUNCS[e.func]}({', '.join(host(a, ctx) for a in e.args)})"
     _fail(e, "only integer arithmetic (+ - * // %, min, max, abs, cdiv) is allowed in a grid extent or scratch shape", ctx)
-    raise AssertionError  # unreachable: _fail raises
 
 
 # Helper functions a generated module defines when its expressions use them.

@@ -1,28 +1,26 @@
-"""Compile a Triton kernel for a table target without a GPU, and say what came out.
+"""What a compile for a target produced, read from its PTX and cubin, without a GPU.
 
-Triton compiles all the way to a cubin on a CPU-only machine when it is handed an explicit
-``GPUTarget``; nothing needs a driver until the kernel is loaded. From the result we read:
+Every backend that compiles through PTX (Triton; later CUDA C++) reports through here:
 
   * the tensor-core and copy instructions, from the PTX text (``wgmma.mma_async``,
     ``mma.sync``, ``tcgen05.mma``, TMA ``cp.async.bulk.tensor``, ``cp.async.ca/cg``);
   * registers and local memory per thread, from ``cuobjdump --dump-resource-usage`` on the
     cubin (the cuobjdump shipped inside the triton wheel);
-  * shared memory, from Triton's own metadata (``metadata.shared``: the dynamic shared memory
-    the launch requests, which is what Triton compares with the device's opt-in limit).
+  * shared memory, as the backend's compiler reports what the launch requests.
 
-``check_fits`` then turns "does not fit this GPU" into one ``TargetError`` that says what to
-change. triton is imported lazily, so attnforge itself stays importable without it.
+``check_fits`` then turns "does not fit this GPU" into one ``DoesNotFitError`` that says what
+to change.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,6 @@ from .targets import KiB, Target
 
 # Instruction tags, as they appear in CompileReport.instructions.
 TENSOR_CORE_TAGS = ("wgmma", "mma.sync", "tcgen05")
-ALL_TAGS = TENSOR_CORE_TAGS + ("tma", "cp.async", "fma-only")
 
 # PTX patterns per tag. The look-behind keeps "mma.sync" from matching inside other opcodes,
 # and "cp.async" is the Ampere ca/cg form only, not the Hopper bulk (TMA) form.
@@ -59,7 +56,7 @@ class CompileReport:
         register spills in the stack frame, and Triton kernels have no other stack or local
         use unless they call printf (device_print/device_assert), so > 0 means spills. It is
         the frame size, not ptxas's "spill stores + spill loads" traffic count.
-    instructions: sorted tags from ALL_TAGS. "fma-only" means the kernel has a tl.dot but
+    instructions: sorted tags: TENSOR_CORE_TAGS, "tma", "cp.async" and "fma-only". "fma-only" means the kernel has a tl.dot but
         no tensor-core instruction, so its GEMMs run on the FMA pipes.
     compile_seconds: wall time of triton.compile (a Triton cache hit makes it small).
     """
@@ -93,12 +90,9 @@ def find_cuobjdump() -> str:
     candidates: list[str] = []
     if env := os.environ.get("TRITON_CUOBJDUMP_PATH"):
         candidates.append(env)
-    try:
-        import triton
-
-        candidates.append(str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"))
-    except ImportError:
-        pass
+    found = importlib.util.find_spec("triton")  # located, not imported
+    if found is not None and found.origin:
+        candidates.append(str(Path(found.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"))
     if on_path := shutil.which("cuobjdump"):
         candidates.append(on_path)
     for c in candidates:
@@ -139,28 +133,7 @@ def _resource_usage(cubin: bytes, kernel: str) -> _Resources:
 # ------------------------------------------------------------------------------ compile
 
 
-def _full_signature(fn: Any, signature: dict[str, str], constexprs: dict[str, Any]) -> dict[str, str]:
-    """Triton wants every argument in order; constexpr ones may be left out by the caller."""
-    names = list(fn.arg_names)
-    unknown = sorted((set(signature) | set(constexprs)) - set(names))
-    missing = [n for n in names if n not in signature and n not in constexprs]
-    if unknown or missing:
-        raise TargetError(f"signature does not match kernel {fn.__name__}({', '.join(names)})",
-                          where=f"compile {fn.__name__}",
-                          hint=(f"unknown: {', '.join(unknown)}; " if unknown else "")
-                          + (f"missing: {', '.join(missing)}" if missing else ""))
-    return {n: "constexpr" if n in constexprs else signature[n] for n in names}
-
-
-def _alignment_attrs(signature: dict[str, str], divisible: frozenset[str] = frozenset()) -> dict[tuple[int, ...], list[list[Any]]]:
-    """Mark pointers 16-byte aligned and the ``divisible`` integers multiples of 16, as Triton's
-    JIT does at launch for torch tensors and such values; without it the loads cannot be
-    vectorised and cp.async/TMA pipelining is not emitted."""
-    return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(signature.items())
-            if ty.startswith("*") or (name in divisible and ty == "i32")}
-
-
-def _shared_error(kernel: str, used: int, target: Target) -> str:
+def shared_error(kernel: str, used: int, target: Target) -> str:
     allowed = target.smem_per_block_optin
     return (f"shared memory: kernel {kernel!r} uses {used} B ({used / KiB:.1f} KiB) per block but "
             f"{target.name} ({target.sm}) allows {allowed} B ({allowed / KiB:.0f} KiB) with opt-in; "
@@ -173,7 +146,7 @@ def _spill_error(kernel: str, spill: int, registers: int, target: Target) -> str
             "lower BM or BN, or raise warps")
 
 
-_FIT_HINT = ("shared memory grows with (BM*BK + BK*BN) * element size per pipeline stage; "
+FIT_HINT = ("shared memory grows with (BM*BK + BK*BN) * element size per pipeline stage; "
              "registers per thread grow with BM*BN / (32 * num_warps)")
 
 
@@ -227,62 +200,29 @@ def _notes(target: Target, tags: tuple[str, ...], has_dot: bool, num_stages: int
     return tuple(notes)
 
 
-def compile_for_target(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], target: Target,
-                       num_warps: int, num_stages: int, keep_dir: Path | None = None, *,
-                       aligned_pointers: bool = True, divisible: frozenset[str] = frozenset()) -> tuple[CompileReport, object]:
-    """Compile `fn` (an @triton.jit function) for `target`; return the report and Triton's
-    CompiledKernel. `signature` maps argument names to Triton types ("*bf16", "i32", "fp32";
-    constexpr arguments may be omitted); `constexprs` maps names to values; `divisible` names
-    integer arguments to compile as multiples of 16 (the specialisation Triton's JIT makes for
-    such values at launch, e.g. row strides of contiguous tensors). With keep_dir the
-    PTX and cubin are written there as <kernel>.<target>.ptx/.cubin."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.errors import CompilationError
-    from triton.runtime.errors import OutOfResources
-
-    sig = _full_signature(fn, signature, constexprs)
-    attrs = _alignment_attrs(sig, divisible) if aligned_pointers else None
-    src = ASTSource(fn, sig, dict(constexprs), attrs)
-    # Triton picks the "a" arch (sm_90a, sm_100a) itself for cc >= 90.
-    gpu = GPUTarget("cuda", target.cc[0] * 10 + target.cc[1], 32)
-    start = time.perf_counter()
-    try:
-        kernel = triton.compile(src, target=gpu, options={"num_warps": num_warps, "num_stages": num_stages})
-    except (OutOfResources, CompilationError) as e:
-        oor = e if isinstance(e, OutOfResources) else e.__cause__
-        if isinstance(oor, OutOfResources) and oor.name == "shared memory":
-            # Some Triton versions reject shared memory at compile time: report it as check_fits does.
-            raise DoesNotFitError(_shared_error(fn.__name__, int(oor.required), target),
-                              where=f"compile {fn.__name__} for {target.name}", hint=_FIT_HINT) from e
-        raise
-    seconds = time.perf_counter() - start
-
-    ptx: str = kernel.asm["ptx"]
-    cubin: bytes = kernel.asm["cubin"]
-    name: str = kernel.metadata.name
-    if keep_dir is not None:
-        keep_dir = Path(keep_dir)
-        keep_dir.mkdir(parents=True, exist_ok=True)
-        (keep_dir / f"{name}.{target.name}.ptx").write_text(ptx)
-        (keep_dir / f"{name}.{target.name}.cubin").write_bytes(cubin)
-
-    res = _resource_usage(cubin, name)
-    has_dot = re.search(r"\btt\.dot\b", kernel.asm["ttir"]) is not None
+def report_for(kernel: str, target: Target, ptx: str, cubin: bytes, *, has_dot: bool, num_warps: int, num_stages: int,
+               shared_bytes: int, compile_seconds: float) -> CompileReport:
+    """The report of one compiled kernel, from its PTX text and cubin (any backend that compiles
+    through PTX: registers and spills from cuobjdump, instructions from the PTX)."""
+    res = _resource_usage(cubin, kernel)
     tags = detect_instructions(ptx, has_dot)
     spill = res.stack + res.local
-    shared = int(kernel.metadata.shared)
     ptx_target = _ptx_target(ptx)
-    report = CompileReport(
-        kernel=name, target=target.name, sm=target.sm, ptx_target=ptx_target,
-        num_warps=num_warps, num_stages=num_stages, shared_bytes=shared,
+    return CompileReport(
+        kernel=kernel, target=target.name, sm=target.sm, ptx_target=ptx_target,
+        num_warps=num_warps, num_stages=num_stages, shared_bytes=shared_bytes,
         registers=res.registers, spill_bytes=spill, instructions=tags,
         tensor_cores_used=bool(set(tags) & set(TENSOR_CORE_TAGS)),
-        notes=_notes(target, tags, has_dot, num_stages, spill, shared, ptx_target),
-        compile_seconds=round(seconds, 3),
+        notes=_notes(target, tags, has_dot, num_stages, spill, shared_bytes, ptx_target),
+        compile_seconds=round(compile_seconds, 3),
     )
-    return report, kernel
+
+
+def keep(directory: Path, kernel: str, target: Target, ptx: str, cubin: bytes) -> None:
+    """Write the PTX and cubin as <kernel>.<target>.ptx/.cubin under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{kernel}.{target.name}.ptx").write_text(ptx)
+    (directory / f"{kernel}.{target.name}.cubin").write_bytes(cubin)
 
 
 # ------------------------------------------------------------------------------ checks and output
@@ -293,14 +233,14 @@ def check_fits(report: CompileReport, target: Target) -> None:
     opt-in limit) or spills registers; its message names every problem and what to change."""
     problems = []
     if report.shared_bytes > target.smem_per_block_optin:
-        problems.append(_shared_error(report.kernel, report.shared_bytes, target))
+        problems.append(shared_error(report.kernel, report.shared_bytes, target))
     if report.spill_bytes > 0:
         problems.append(_spill_error(report.kernel, report.spill_bytes, report.registers, target))
     if problems:
         raise DoesNotFitError("; ".join(problems),
                           where=f"kernel {report.kernel} on {target.name} "
                                 f"(num_warps={report.num_warps}, num_stages={report.num_stages})",
-                          hint=_FIT_HINT)
+                          hint=FIT_HINT)
 
 
 def format_report(report: CompileReport) -> list[str]:

@@ -1,0 +1,114 @@
+"""The host side of a generated module: ``launch(q, k, v, o, lse, *, scalars...)``.
+
+It reads the sizes off the tensors, checks every argument (``runtime.check_arguments``),
+allocates scratch, builds TMA descriptors where the kernels read through them, and launches
+each kernel of the program in order on its flattened grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...abi import ARG_SHAPES, INT_SCALARS, SIZE_ARGS
+from ...dtypes import TORCH_NAMES
+from ...tl import nodes as n
+from . import exprs
+from .emit import INDENT, stride_names
+from .formats import SIGNATURE_TYPE
+
+
+@dataclass
+class KernelInfo:
+    """What a caller needs to launch or compile one generated kernel."""
+
+    name: str
+    tensors: tuple[str, ...]  # pointer arguments, in order
+    ranks: dict[str, int]  # dimensions of each tensor argument (one stride argument each)
+    tensor_dtypes: dict[str, str]
+    scalars: tuple[str, ...]
+    params: dict[str, int]
+    constexprs: dict[str, int]
+    num_warps: int
+    num_stages: int
+    descriptors: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (argument, tensor, block shape)
+    persistent: bool = False
+
+    def signature(self, stride_one: bool = True) -> tuple[dict[str, str], dict[str, object]]:
+        """Triton compile signature and constants: (arg -> type, constexpr arg -> value).
+
+        With ``stride_one`` the innermost stride of every tensor is specialised to 1, as Triton
+        does at run time for contiguous rows, so an ahead-of-time compile matches the real one."""
+        sig: dict[str, str] = {f"{t}_ptr": "*" + SIGNATURE_TYPE[self.tensor_dtypes[t]] for t in self.tensors}
+        for name, tensor, block in self.descriptors:
+            sig[name] = f"tensordesc<{SIGNATURE_TYPE[self.tensor_dtypes[tensor]]}[{', '.join(map(str, block))}]>"
+        const: dict[str, object] = {}
+        for t in self.tensors:
+            names = stride_names(t, self.ranks[t])
+            for name in names:
+                sig[name] = "i32"
+            if stride_one:
+                sig[names[-1]] = "constexpr"
+                const[names[-1]] = 1
+        sig.update({s: "i32" for s in SIZE_ARGS})
+        sig.update({s: "i32" if s in INT_SCALARS else "fp32" for s in self.scalars})
+        for name, value in self.constexprs.items():
+            sig[name] = "constexpr"
+            const[name] = value
+        return sig, const
+
+    def divisible_strides(self, head_dims: tuple[int, ...]) -> frozenset[str]:
+        """Strides Triton's JIT will see as multiples of 16 for contiguous tensors of these head
+        dims (every stride but the innermost is a multiple of the head dim)."""
+        if any(d % 16 for d in head_dims):
+            return frozenset()
+        return frozenset(name for t in self.tensors for name in stride_names(t, self.ranks[t])[:-1])
+
+
+def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> list[str]:
+    tensors = [t for t in ARG_SHAPES if any(t in i.tensors for i in infos)]
+    scalars: list[str] = []
+    for i in infos:
+        scalars += [s for s in i.scalars if s not in scalars]
+    sig = ", ".join(t for t in ("q", "k", "v", "o", "lse") if t in tensors)
+    kw = "".join(f", {s}" for s in scalars) + (", alibi_slopes" if "alibi_slopes" in tensors else "")
+    lines = [
+        f"def launch({sig}, *{kw}) -> None:",
+        f'{INDENT}"""Run the program on BHSD-indexed tensors (any strides; BSHD is q.transpose(1, 2)).',
+        "",
+        f"{INDENT}Writes O into ``o`` (B, Hq, Sq, Dv) and the natural-log log-sum-exp into ``lse`` (B, Hq, Sq, fp32).",
+        f'{INDENT}"""',
+        f"{INDENT}B, Hq, Sq, D = q.shape",
+        f"{INDENT}Hkv, Sk = k.shape[1], k.shape[2]",
+        f"{INDENT}Dv = v.shape[3]",
+        f"{INDENT}check_arguments(dict({', '.join(f'{t}={t}' for t in tensors)}), HEAD_DIM, HEAD_DIM_V, TENSOR_DTYPES)",
+    ]
+    for name in ("window_left", "window_right"):
+        if name in scalars:
+            lines.append(f'{INDENT}{name} = window_bound("{name}", {name}, Sq, Sk)')
+    allocated: set[str] = set()
+    for info in infos:
+        kernel = next(k for k in program.kernels if k.name == info.name)
+        ctx = exprs.ExprContext({**{s: s for s in SIZE_ARGS + ('D', 'Dv')}, **{p: str(v) for p, v in info.params.items()}}, file=file)
+        for sc in kernel.scratch:
+            if sc.name in info.tensors and sc.name not in allocated:
+                allocated.add(sc.name)
+                shape = ", ".join(exprs.host(e, ctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
+                fmt = dict(kernel.dtypes).get(sc.dtype, sc.dtype)
+                lines.append(f"{INDENT}{sc.name} = torch.empty(({shape}), device=q.device, dtype=torch.{TORCH_NAMES[fmt]})")
+        grid = " * ".join(exprs.host(g.extent, ctx) for g in kernel.grid) or "1"
+        if info.persistent:
+            lines.append(f"{INDENT}points = {grid}")
+            grid = "min(points, program_slots(q.device))"
+        for name, tensor, block in info.descriptors:
+            lines.append(f"{INDENT}{name} = tma_descriptor({tensor}, \"{tensor}\", {list(block)})")
+        groups = [
+            ", ".join(list(info.tensors) + [d[0] for d in info.descriptors]),
+            ", ".join(f"*{t}.stride()" for t in info.tensors),
+            ", ".join(SIZE_ARGS + info.scalars),
+            ", ".join(f"{c}={v}" for c, v in info.constexprs.items()),
+            f"num_warps={info.num_warps}, num_stages={info.num_stages}",
+        ]
+        lines.append(f"{INDENT}{info.name}[({grid},)](")
+        lines += [f"{INDENT * 2}{g}," for g in groups if g]
+        lines.append(f"{INDENT})")
+    return lines

@@ -1,1 +1,0 @@
-"""Helpers for running Triton kernels: interpreter fixes and switches."""
