@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 import math
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NoReturn
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class _Kernel:
         self.progress = progress
 
     # -- helpers
-    def fail(self, node: n.Node, message: str, hint: str | None = None) -> None:
+    def fail(self, node: n.Node, message: str, hint: str | None = None) -> NoReturn:
         raise TLRuntimeError(f"{self.k.name}: {message}", where=Position(node.line, node.col, self.file), hint=hint)
 
     def dtype(self, name: str, node: n.Node) -> str:

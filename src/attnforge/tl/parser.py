@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from importlib import resources
+from typing import NoReturn
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -44,7 +45,7 @@ class _Build(Transformer):
         super().__init__()
         self.file = file
 
-    def _fail(self, tok, message: str, hint: str) -> None:
+    def _fail(self, tok, message: str, hint: str) -> NoReturn:
         raise TLSyntaxError(message, where=Position(tok.line, tok.column, self.file), text=str(tok), hint=hint)
 
     # -- expressions
