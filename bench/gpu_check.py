@@ -36,7 +36,7 @@ VARIANTS = [
     ("decode", dict(batch=8, heads=32, kv_heads=8, seqlen_q=1, seqlen_k=8192)),
 ]
 HEAD_DIMS = (64, 128)
-EXTRA_HEAD_DIMS = (32, 40, 96, 192, 256)  # on gqa-causal only
+EXTRA_HEAD_DIMS = (32, 40, 48, 80, 96, 192, 256)  # on gqa-causal only
 
 # Timing cases from ../shared/ANCHORS.md: (name, dtype, D, causal, B, Hq, Hkv, Sq, Sk)
 TIMING = [
@@ -66,13 +66,15 @@ def _verify_one(job: tuple) -> dict:
                    params=r.plan.params if r.plan else None,
                    cases=len(v.cases) if v else 0, passed=sum(c.passed for c in v.cases) if v else 0,
                    max_err_o=v.max_err_o if v else math.nan, max_err_lse=v.max_err_lse if v else math.nan,
+                   max_o_ratio=max((c.o_ratio for c in v.cases), default=math.nan) if v else math.nan, status=r.status,
+                   worst=[c.worst for c in v.cases] if v else [],
                    regs=[c.registers for c in r.compile_reports], spills=[c.spill_bytes for c in r.compile_reports],
                    instructions=[list(c.instructions) for c in r.compile_reports])
     except Exception:
         row = dict(case=tag, ok=False, failed_step="exception", error=traceback.format_exc()[-600:])
     row["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"{tag:32s} {'PASS' if row['ok'] else 'FAIL'} {row.get('passed', 0)}/{row.get('cases', 0)} "
-          f"errO={row.get('max_err_o', math.nan):.2e} errLSE={row.get('max_err_lse', math.nan):.2e} {row['seconds']}s "
+          f"errO={row.get('max_err_o', math.nan):.2e} errLSE={row.get('max_err_lse', math.nan):.2e} O/bound={row.get('max_o_ratio', math.nan):.2f} {row['seconds']}s "
           f"{row.get('failed_step') or ''} {row.get('error', '')[:200] if not row['ok'] else ''}", flush=True)
     return row
 
@@ -159,6 +161,7 @@ def main() -> None:
     times = [] if ns.skip_timing else timings(out, target)
     (out / "timings.json").write_text(json.dumps(dict(meta=meta, rows=times), indent=1, default=str))
     if grid:
+        print(f"\nworst row of O against its bound (numerics.o_row_bound): {max((r.get('max_o_ratio', 0) for r in grid if r['ok']), default=math.nan):.3f} of it")
         print(f"\nverification: {sum(r['ok'] for r in grid)}/{len(grid)} specs pass; "
               f"max err(O) fp16 {max((r.get('max_err_o', 0) for r in grid if r['case'].endswith('fp16') and r['ok']), default=math.nan):.2e}, "
               f"bf16 {max((r.get('max_err_o', 0) for r in grid if r['case'].endswith('bf16') and r['ok']), default=math.nan):.2e}")

@@ -97,8 +97,8 @@ def test_mismatched_inputs_are_refused():
 def test_custom_op_runs_inside_torch_compile():
     q, k, v = _qkv(seed=4)
     compiled = torch.compile(lambda q, k, v: attnforge.attention(q, k, v, causal=True) * 2, backend="aot_eager", fullgraph=True)
-    eager = attnforge.attention(q, k, v, causal=True) * 2
-    assert torch.equal(compiled(q, k, v), eager)
+    ref_o, _ = _ref(q, k, v, scale=1 / math.sqrt(32), causal=True)
+    assert relative_error(compiled(q, k, v).double().numpy(), 2 * ref_o) < 5e-3  # the float64 reference, not attnforge itself
     assert hasattr(torch.ops.attnforge, "attention")
 
 
@@ -134,4 +134,33 @@ def test_cache_is_safe_under_concurrent_builders(tmp_path):
     assert paths[0] == paths[1] and os.path.isfile(paths[0])
     entries = [p.name for p in tmp_path.iterdir()]
     assert not [e for e in entries if e.startswith(".building-")]  # no half-written entry is left
+    assert len([e for e in entries if not e.startswith(".")]) == 1
+
+
+def test_concurrent_builders_that_overlap_leave_one_entry(tmp_path, monkeypatch):
+    """Both builders finish their build before either publishes it (a barrier holds them), so the
+    second rename really does meet the first one's entry."""
+    import threading
+
+    from attnforge import cache
+
+    barrier = threading.Barrier(2, timeout=120)
+    published = []
+    real = cache._publish
+
+    def publish_together(built, entry, module):
+        barrier.wait()  # both builds are complete here
+        real(built, entry, module)
+        published.append(entry)
+    monkeypatch.setattr(cache, "_publish", publish_together)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(_build(str(tmp_path)))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(published) == 2 and len(results) == 2  # both reached the rename
+    assert results[0] == results[1] and os.path.isfile(results[0])
+    entries = [p.name for p in tmp_path.iterdir()]
+    assert not [e for e in entries if e.startswith(".building-")]
     assert len([e for e in entries if not e.startswith(".")]) == 1

@@ -18,13 +18,13 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_check_shipped_gqa_causal_for_h100_is_clean(capsys):
-    code, out, _ = run(capsys, "tl", "check", "gqa_causal_fwd.tl", "--target", "h100")
+    code, out, _ = run(capsys, "tl", "check", "lib:gqa_causal_fwd", "--target", "h100")
     assert code == 0
     assert "clean for h100" in out
 
 
 def test_check_reports_findings_as_file_line_col_code(capsys):
-    code, out, _ = run(capsys, "tl", "check", "gqa_causal_fwd.tl", "--target", "t4")
+    code, out, _ = run(capsys, "tl", "check", "lib:gqa_causal_fwd", "--target", "t4")
     assert code == 1
     lines = [l for l in out.splitlines() if re.match(r"^gqa_causal_fwd\.tl:\d+:\d+: TL\d{3}: .+ \(.+\)$", l)]
     codes = {l.split(": ")[1] for l in lines}
@@ -32,14 +32,14 @@ def test_check_reports_findings_as_file_line_col_code(capsys):
 
 
 def test_check_json(capsys):
-    code, out, _ = run(capsys, "tl", "check", "decode_split_kv", "--target", "a100", "--json")
+    code, out, _ = run(capsys, "tl", "check", "lib:decode_split_kv", "--target", "a100", "--json")
     data = json.loads(out)
     assert code == 0 and data["ok"] and data["target"] == "a100"
     assert [r["kernel"] for r in data["resources"]] == ["decode_split_kv_partial", "decode_split_kv_combine"]
 
 
 def test_check_sketch_lists_open_parameters(tmp_path, capsys):
-    text, _ = read_tl("gqa_fwd.tl")
+    text, _ = read_tl("lib:gqa_fwd")
     sketch = tmp_path / "sketch.tl"
     sketch.write_text(text.replace("param BM = 128, BN = 64", "param BM, BN = ?"))
     code, out, _ = run(capsys, "tl", "check", str(sketch), "--target", "h100")
@@ -50,23 +50,23 @@ def test_check_sketch_lists_open_parameters(tmp_path, capsys):
 
 def test_run_verifies_every_shipped_program(capsys):
     for name in library_programs():
-        code, out, _ = run(capsys, "tl", "run", name, "--shape", "1,4,2,37,53,16", "--param", "BM=16", "--param", "BN=16")
+        code, out, _ = run(capsys, "tl", "run", f"lib:{name}", "--shape", "1,4,2,37,53,16", "--param", "BM=16", "--param", "BN=16")
         assert code == 0, (name, out)
         assert "verified" in out and "PASS" in out
 
 
 def test_run_bf16_with_target_check(capsys):
-    code, out, _ = run(capsys, "tl", "run", "gqa_causal_fwd.tl", "--target", "h100", "--shape", "1,4,1,17,33,32", "--dtype", "bf16")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_causal_fwd", "--target", "h100", "--shape", "1,4,1,17,33,32", "--dtype", "bf16")
     assert code == 0 and "dtype=bf16" in out
 
 
 def test_run_refuses_a_program_the_checker_rejects(capsys):
-    code, out, _ = run(capsys, "tl", "run", "gqa_causal_fwd.tl", "--target", "t4", "--shape", "1,1,1,8,8,16")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_causal_fwd", "--target", "t4", "--shape", "1,1,1,8,8,16")
     assert code == 1 and "not run" in out
 
 
 def test_run_fails_on_a_wrong_program(tmp_path, capsys):
-    text, _ = read_tl("gqa_fwd.tl")
+    text, _ = read_tl("lib:gqa_fwd")
     bad = tmp_path / "bad.tl"
     bad.write_text(text.replace("for j = 0 : cdiv(Sk, BN)", "for j = 0 : Sk // BN"))
     code, out, _ = run(capsys, "tl", "run", str(bad), "--shape", "1,2,1,20,50,16", "--param", "BN=16")
@@ -74,12 +74,12 @@ def test_run_fails_on_a_wrong_program(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, field", [
-    (["tl", "run", "gqa_fwd", "--shape", "1,2"], "--shape"),
-    (["tl", "run", "gqa_fwd", "--shape", "1,3,2,8,8,16"], "--shape"),
-    (["tl", "run", "gqa_fwd", "--param", "BM"], "--param"),
-    (["tl", "check", "gqa_fwd", "--target", "h900"], "h900"),
+    (["tl", "run", "lib:gqa_fwd", "--shape", "1,2"], "--shape"),
+    (["tl", "run", "lib:gqa_fwd", "--shape", "1,3,2,8,8,16"], "--shape"),
+    (["tl", "run", "lib:gqa_fwd", "--param", "BM"], "--param"),
+    (["tl", "check", "lib:gqa_fwd", "--target", "h900"], "h900"),
     (["tl", "check", "no_such_program.tl"], "no such TL file"),
-    (["tl", "check", "gqa_fwd", "--head-dim", "x"], "--head-dim"),
+    (["tl", "check", "lib:gqa_fwd", "--head-dim", "x"], "--head-dim"),
 ])
 def test_bad_input_exits_2_naming_the_problem(capsys, argv, field):
     code, _, err = run(capsys, *argv)
@@ -146,18 +146,18 @@ def test_a_missing_command_prints_that_levels_help_and_exits_2(capsys, argv):
 
 def test_run_checks_the_program_it_runs(capsys):
     # --dtype and --param change the program; the check before the run must see them.
-    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--target", "a100", "--dtype", "fp8e4m3", "--shape", "1,2,1,40,50,64")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_fwd", "--target", "a100", "--dtype", "fp8e4m3", "--shape", "1,2,1,40,50,64")
     assert code == 1 and "TL501" in out and "not run" in out
-    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--target", "t4", "--dtype", "fp16", "--param", "stages=1", "--shape", "1,2,1,40,50,64")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_fwd", "--target", "t4", "--dtype", "fp16", "--param", "stages=1", "--shape", "1,2,1,40,50,64")
     assert code == 0 and "verified" in out
-    code, out, _ = run(capsys, "tl", "run", "gqa_fwd", "--param", "BM=100", "--shape", "1,2,1,40,50,64")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_fwd", "--param", "BM=100", "--shape", "1,2,1,40,50,64")
     assert code == 1 and "TL505" in out
 
 
 @pytest.mark.parametrize("argv, field", [
-    (["tl", "run", "gqa_fwd", "--param", "bm=16"], "'bm' is not declared"),
-    (["tl", "run", "gqa_fwd", "--scalar", "softcap=3"], "'softcap' is not declared"),
-    (["tl", "check", "gqa_fwd", "--target", ""], "unknown target ''"),
+    (["tl", "run", "lib:gqa_fwd", "--param", "bm=16"], "'bm' is not declared"),
+    (["tl", "run", "lib:gqa_fwd", "--scalar", "softcap=3"], "'softcap' is not declared"),
+    (["tl", "check", "lib:gqa_fwd", "--target", ""], "unknown target ''"),
     (["tl", "library", "/etc/passwd"], "no shipped TL program"),
 ])
 def test_typos_and_wrong_names_are_errors(capsys, argv, field):
@@ -166,13 +166,13 @@ def test_typos_and_wrong_names_are_errors(capsys, argv, field):
 
 
 def test_default_shapes_cover_several_query_blocks(capsys):
-    code, out, _ = run(capsys, "tl", "run", "gqa_causal_fwd")
+    code, out, _ = run(capsys, "tl", "run", "lib:gqa_causal_fwd")
     assert code == 0
     sq = [int(x) for x in re.findall(r"Sq=(\d+)", out)]
     assert max(sq) > 2 * 128 and 1 in sq
 
 
 def test_integer_scalars_bound_window_loops(capsys):
-    code, out, _ = run(capsys, "tl", "run", "sliding_window_fwd.tl", "--scalar", "window_left=5", "--scalar", "window_right=0",
+    code, out, _ = run(capsys, "tl", "run", "lib:sliding_window_fwd", "--scalar", "window_left=5", "--scalar", "window_right=0",
                        "--shape", "1,2,1,40,50,16", "--param", "BM=16", "--param", "BN=16")
     assert code == 0 and "PASS" in out

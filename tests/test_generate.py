@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -68,8 +69,9 @@ def test_tiles_too_large_for_the_target_are_rejected_with_what_to_change(tmp_pat
     with pytest.raises(TargetError) as err:
         check_fits(report, target)
     message = str(err.value)
-    assert "shared memory" in message or "spill" in message
-    assert "lower" in message  # it says what to change
+    # BM=BN=128 at D=256 with 3 stages needs far more than the L4's 99 KiB: the shared-memory problem is named
+    assert re.search(r"shared memory: kernel '\w+' uses \d+ B \([\d.]+ KiB\) per block but l4 \(sm_89\) allows 101376 B", message), message
+    assert "lower BN/BM or the pipeline stages" in message  # it says what to change
 
 
 def test_turing_report_says_tensor_cores_are_not_used(tmp_path):
@@ -96,8 +98,9 @@ def test_cli_generate_end_to_end(tmp_path, capsys):
                "--causal", "--window=48,0", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
-    assert "verified kernel" in text and "verify" in text
-    assert json.loads((out / "report.json").read_text())["ok"]
+    assert "verified in the interpreter on the CPU" in text and "verify" in text
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] and report["verified"] and report["verification"]["mode"] == "interpreter"
 
 
 def test_cli_generate_bad_input_names_the_field(tmp_path, capsys):
@@ -109,6 +112,6 @@ def test_cli_generate_bad_input_names_the_field(tmp_path, capsys):
 def test_cli_generate_without_gpu_uses_the_documented_default(tmp_path, capsys):
     rc = main(["generate", "--heads", "2", "--head-dim", "32", "--dtype", "fp16", "--out", str(tmp_path), "--no-verify"])
     text = capsys.readouterr().out
-    assert rc == 0
-    assert "h100" in text
+    assert rc == 3  # generated, never reported as verified
+    assert "h100" in text and "NOT verified" in text
     assert json.loads((tmp_path / "report.json").read_text())["target"]["name"] == "h100"

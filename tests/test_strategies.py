@@ -9,6 +9,7 @@ import torch
 import attnforge
 from attnforge import AttentionSpec, get_target
 from attnforge.api import tma_compatible
+from attnforge.reference import attention_reference, relative_error
 from attnforge.errors import TranslateError
 from attnforge.backends.triton.kernel import GeneratedKernel
 from attnforge.plan.builtin import candidates, plan, prefill_source
@@ -68,8 +69,8 @@ def test_attention_falls_back_to_pointer_loads_for_unaligned_inputs(tmp_path, mo
     k = torch.randn(1, 2, 20, 32, dtype=torch.float16)
     assert not tma_compatible(q, k, k) and tma_compatible(k)
     o = attnforge.attention(q, k, k, causal=True)
-    ref = attnforge.attention(q.contiguous(), k, k, causal=True)
-    assert torch.allclose(o.float(), ref.float(), atol=1e-3)
+    ref_o, _ = attention_reference(*(t.double().numpy() for t in (q, k, k)), causal=True)
+    assert relative_error(o.double().numpy(), ref_o) < 5e-3  # the float64 reference, not another attnforge kernel
 
 
 def test_planner_uses_tma_only_where_it_can():

@@ -322,7 +322,7 @@ def test_indexing_a_tensor_with_too_few_indices_is_an_error(old: str, new: str) 
     assert any(f.line == line for f in result.errors), [str(f) for f in result.errors]
 
 
-# ---------------------------------------------------------------- bugs in src/ (these tests fail)
+# ---------------------------------------------------------------- bugs once in src/ (each test failed before its fix)
 
 
 @pytest.mark.parametrize("dim", ["0 - 1", "0", "log(0)", "0 / 0", "B / 2"])

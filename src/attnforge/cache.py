@@ -1,9 +1,17 @@
 """On-disk cache of generated, verified kernels, safe under concurrent processes.
 
 An entry is a directory named by a hash of (spec bucket, target, versions) holding what
-``attnforge generate`` writes. It is built in a private temporary directory next to the entries
-and renamed into place in one step, so a reader never sees a half-written entry; when two
-processes build the same entry, the first rename wins and the other's copy is discarded.
+``attnforge generate`` writes, and a ``manifest.json`` (``attnforge.manifest``: each file's
+size and SHA-256) written last. It is built in a private temporary directory next to the
+entries and renamed into place in one step, so a reader never sees a half-written entry; when
+two processes build the same entry, the first rename wins and the other's copy is discarded.
+
+Every load checks the entry against its manifest. A damaged entry (emptied, truncated, rewritten,
+a file missing, no manifest, a file in its place) is never loaded: it is set aside as
+``damaged-KEY-...`` (kept for a post-mortem, not deleted), a ``CacheRepairWarning`` says what was
+wrong, the entry is rebuilt, and the new entry's report says it replaced a damaged one. A build
+killed at any point leaves only a ``.building-*`` directory, which no load reads (and a later
+build removes once it is a day old).
 """
 
 from __future__ import annotations
@@ -12,13 +20,17 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
-from . import __version__
+from . import __version__, manifest, outdir
 from .backends import Backend, choose_backend
-from .errors import AttnforgeError
+from .errors import AttnforgeError, OutputError
 from .generate import generate
+from .report import add_section
 from .sizes import next_pow2
 from .spec import AttentionSpec
 from .targets import Target
@@ -67,18 +79,77 @@ def _resolve(backend: str | Backend, spec: AttentionSpec, target: Target) -> Bac
     return backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
 
 
+class CacheRepairWarning(UserWarning):
+    """A damaged cache entry was found, set aside and rebuilt (the message says what and where)."""
+
+
+def _say(text: str) -> None:
+    """One line on stderr: a first call that builds a kernel takes long enough to deserve it."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _publish(built: Path, entry: Path, module: Path) -> None:
+    """Move a finished build into place in one step: the entry appears complete or not at all.
+    When another builder got there first, its entry stands and this build is discarded."""
+    try:
+        os.rename(built, entry)
+    except OSError:
+        if manifest.damage(entry, (module.name,)) is not None:  # not a lost race: a real error
+            raise
+
+
+def _set_aside(entry: Path, why: str) -> Path | None:
+    """Rename a damaged entry to ``damaged-KEY-TIME-PID`` beside it (kept, not deleted) and warn;
+    None when another process moved it first."""
+    aside = entry.with_name(f"damaged-{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    try:
+        os.rename(entry, aside)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise OutputError(f"the cache entry {entry} is damaged ({why}) and cannot be set aside: {err.strerror or err}", where=str(entry),
+                          hint="delete it by hand; attnforge rebuilds it on the next call") from None
+    warnings.warn(f"attnforge: the kernel cache entry {entry} is damaged ({why}); it was set aside as {aside} and is being rebuilt",
+                  CacheRepairWarning, stacklevel=3)
+    return aside
+
+
 def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", root: Path | None = None,
                   verify: bool = True, tma: bool = True) -> Path:
     """The source path of the cached kernel for ``spec`` on ``target`` from ``backend``,
-    generating it if absent (``tma=False``: pointer loads, for strides TMA cannot take)."""
+    generating it if absent (``tma=False``: pointer loads, for strides TMA cannot take). An
+    entry that does not match its manifest is set aside, reported and rebuilt."""
     backend = _resolve(backend, spec, target)
     root = cache_dir() if root is None else Path(root)
     entry = root / entry_key(spec, target, backend=backend, tma=tma)
     module = entry / backend.source_file
-    if module.is_file():
+    why = manifest.damage(entry, (backend.source_file,))
+    if why is None:
         return module
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    repaired = None
+    if os.path.lexists(entry):
+        repaired = {"reason": why, "damaged_copy": None}
+        aside = _set_aside(entry, why)
+        repaired["damaged_copy"] = None if aside is None else str(aside)
+    _build(spec, target, backend, root, entry, verify=verify, tma=tma, repaired=repaired)
+    return module
+
+
+def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, entry: Path, *, verify: bool, tma: bool,
+           repaired: dict | None) -> None:
+    """Generate the entry in a private directory, write its manifest last, and rename it into place."""
+    module = entry / backend.source_file
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        outdir.sweep(root, (".building-", "..building-"))  # what builds killed a day ago left
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    except OSError as err:
+        raise OutputError(f"cannot create the kernel cache in {root}: {err.strerror or err}", where=str(root),
+                          hint="set $ATTNFORGE_CACHE to a writable directory") from None
+    what = "generating, compiling and verifying" if verify else "generating and compiling"
+    _say(f"attnforge: {what} a kernel for {spec.describe()} on {target.name} (once per kind of operator: seconds on a GPU, "
+         f"tens of seconds in the CPU interpreter); report: {entry / 'report.md'}")
+    start = time.perf_counter()
     try:
         result = generate(spec_bucket(spec), target, tmp, backend=backend, run_verification=verify, tma=tma)
         if not result.ok:
@@ -91,12 +162,16 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
                 tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))  # so the finally clause spares the report
             raise AttnforgeError(f"building the kernel for {spec.describe()} on {target.name} failed at step {result.failed_step}: {result.error}",
                                  where=str(kept / "report.md"), hint="the report in that directory has every step's output")
-        try:
-            os.rename(tmp, entry)  # atomic: the entry appears complete or not at all
-        except OSError:
-            if not module.is_file():  # not a lost race: a real error
-                raise
+        if repaired is not None:
+            add_section(tmp, "cache", "Cache", {"rebuilt": repaired},
+                        [f"Rebuilt: the earlier cache entry was damaged ({repaired['reason']})"
+                         + (f"; it was set aside as `{repaired['damaged_copy']}`." if repaired["damaged_copy"] else ".")])
+        manifest.write(tmp, entry.name)  # last: an entry without it is incomplete
+        _publish(tmp, entry, module)
+    except OSError as err:
+        raise OutputError(f"cannot write the kernel cache entry {entry}: {err.strerror or err}", where=str(root),
+                          hint="free space on that file system, or set $ATTNFORGE_CACHE to another directory") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return module
+    _say(f"attnforge: kernel ready after {time.perf_counter() - start:.1f} s" + (" (rebuilt)" if repaired else "") + f"; report: {entry / 'report.md'}")

@@ -1,7 +1,7 @@
 """The ``attnforge`` command line.
 
 Exit codes: 0 success; 1 the program or kernel was checked or run and failed; 2 bad input
-(unknown file, target, shape or flag), with a message saying what to change.
+(unknown file, target, shape or flag), with a message saying what to change; 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -12,42 +12,64 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from rich.console import Console
 
 from .dtypes import STORAGE_DTYPES
-from .errors import AttnforgeError, Position, TargetError, TLSyntaxError
-from .spec import add_spec_arguments, spec_from_args
+from .llm.command import add_generate_llm_arguments, add_prompts_parser, add_replay_parser
+from .errors import AttnforgeError, Position, TargetError, TLSyntaxError, shorten
+from .spec import add_spec_arguments, kernel_dtype_note, spec_from_args
 from .targets import DEFAULT_TARGET, Target, format_targets_table, get_target, targets_as_dicts
 from .tl import catalog
+from .tl.limits import MAX_SOURCE_BYTES
 
 RUN_DTYPES = ("float64",) + STORAGE_DTYPES  # float64: exact; a storage format: rounded like a kernel
 
 
+LIB_PREFIX = "lib:"  # `attnforge tl check lib:gqa_fwd` names a shipped program (attnforge tl library)
+
+
 def read_tl(path: str) -> tuple[str, str]:
-    """The text of a TL file and the name to report it by: a path on disk, else a shipped program."""
+    """The text of a TL program and the name to report it by. ``lib:NAME`` is a shipped program;
+    anything else is a path to a file, which must exist: a missing file is an error, never the
+    shipped program of the same name."""
+    shipped_names = ", ".join(LIB_PREFIX + name.removesuffix(".tl") for name in catalog.programs())
+    if path.startswith(LIB_PREFIX):
+        shipped = catalog.file_name(path[len(LIB_PREFIX):])
+        if shipped is None:
+            raise AttnforgeError(f"no shipped TL program {shorten(repr(path[len(LIB_PREFIX):]))}", where="FILE", hint="shipped: " + shipped_names)
+        return catalog.source(shipped), shipped
     p = Path(path)
-    if p.is_file():
+    same_name = catalog.file_name(p.name)
+    hint = (f"for the shipped program of that name write {LIB_PREFIX}{same_name.removesuffix('.tl')}" if same_name
+            else f"give the path of a TL file, or a shipped program: {shipped_names}")
+    try:
+        if not p.exists():
+            raise AttnforgeError(f"no such TL file: {shorten(path)}", where="FILE", hint=hint)
+        if not p.is_file():
+            raise AttnforgeError(f"{shorten(path)} is not a regular file", where="FILE", hint=hint)
+        if p.stat().st_size > MAX_SOURCE_BYTES:
+            raise AttnforgeError(f"{shorten(path)} has {p.stat().st_size:,} bytes; a TL file has at most {MAX_SOURCE_BYTES:,}", where="FILE",
+                                 hint="a TL program is a few kilobytes: is this the right file?")
         raw = p.read_bytes()
-        try:
-            return raw.decode("utf-8"), str(p)
-        except UnicodeDecodeError as err:
-            line = raw.count(b"\n", 0, err.start) + 1
-            col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-            raise TLSyntaxError(f"byte 0x{raw[err.start]:02x} is not UTF-8 text", where=Position(line, col, str(p)), hint="TL files are UTF-8 text") from None
-    shipped = catalog.file_name(p.name)
-    if shipped is None:
-        raise AttnforgeError(f"no such TL file: {path}", where="FILE", hint="give a path, or a shipped program: " + ", ".join(catalog.programs()))
-    return catalog.source(shipped), shipped
+    except (OSError, ValueError) as err:  # unreadable, a name too long, a NUL in the path
+        raise AttnforgeError(f"cannot read TL file {shorten(path)}: {getattr(err, 'strerror', None) or err}", where="FILE", hint=hint) from None
+    try:
+        return raw.decode("utf-8"), str(p)
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise TLSyntaxError(f"byte 0x{raw[err.start]:02x} is not UTF-8 text", where=Position(line, col, str(p)), hint="TL files are UTF-8 text") from None
 
 
 def _head_dims(text: str | None) -> tuple[int, int | None]:
     if text is None:
         return 128, None
-    parts = text.split(",")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise AttnforgeError(f"--head-dim {text!r} is not D or D,DV", where="--head-dim", hint="e.g. --head-dim 128 or --head-dim 192,128")
+    parts = [p.strip() for p in text.split(",")]
+    # isdecimal and ASCII: int() refuses other digits ('²') and more than 4300 of them
+    if len(parts) not in (1, 2) or not all(p.isascii() and p.isdecimal() and len(p) <= 9 and int(p) > 0 for p in parts):
+        raise AttnforgeError(f"--head-dim {shorten(repr(text), 80)} is not D or D,DV", where="--head-dim", hint="e.g. --head-dim 128 or --head-dim 192,128")
     return int(parts[0]), (int(parts[1]) if len(parts) == 2 else None)
 
 
@@ -72,7 +94,7 @@ def _assignments(items: Sequence[str], flag: str, cast) -> dict:
                 raise ValueError
             out[name.strip()] = cast(value)
         except ValueError:
-            raise AttnforgeError(f"{flag} {item!r} is not NAME=VALUE", where=flag, hint=f"e.g. {flag} {'BM=64' if flag == '--param' else 'softcap=30'}") from None
+            raise AttnforgeError(f"{flag} {shorten(repr(item), 80)} is not NAME=VALUE", where=flag, hint=f"e.g. {flag} {'BM=64' if flag == '--param' else 'softcap=30'}") from None
     return out
 
 
@@ -195,7 +217,7 @@ def _progress(console: Console, what: str):
 
 def cmd_tl_library(ns: argparse.Namespace, console: Console) -> int:
     if ns.name:
-        print(catalog.source(ns.name), end="")
+        print(catalog.source(ns.name.removeprefix(LIB_PREFIX)), end="")  # lib:NAME, as tl check and run take it
         return 0
     for file, doc in catalog.programs().items():
         console.print(f"{file:<28}{doc}", markup=False, highlight=False)
@@ -214,6 +236,9 @@ def cmd_spec_validate(ns: argparse.Namespace, console: Console) -> int:
         print(json.dumps(spec.to_dict(), indent=2))
     else:
         console.print(f"{ns.spec or 'flags'}: valid: {spec.describe()}", style="green", highlight=False)
+    note = kernel_dtype_note(spec)
+    if note is not None:  # on stderr, so that --json output stays JSON
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"note: the spec is valid, but {note}", style="yellow", markup=False)
     return 0
 
 
@@ -229,6 +254,7 @@ def resolve_target(name: str, console: Console) -> Target:
 
 
 def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
+    if ns.llm is not None or ns.llm_flags: return cmd_generate_llm(ns, console)  # noqa: E701 (the LLM path: llm/command.py)
     from .generate import generate
 
     spec = spec_from_args(ns)
@@ -236,6 +262,10 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
     from .backends import choose_backend
 
     backend = choose_backend(ns.backend, spec, target)
+    from .errors import OutputError
+    from .outdir import destination
+
+    destination(ns.out)  # a file, or a directory of other files, is refused before any work
     console.print(f"attnforge generate: {spec.describe()} for {target.name} ({target.sm}) with the {backend.name} backend -> {ns.out}", style="bold", markup=False)
     status = console.status("") if console.is_terminal else contextlib.nullcontext()
     with status as spinner:
@@ -246,10 +276,111 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
                 return
             style = {"ok": "green", "fail": "bold red", "info": "dim"}[event]
             mark = {"ok": "ok  ", "fail": "FAIL", "info": "    "}[event]
+            if event == "fail" and "\n" in text.strip():  # a traceback (a bug in a step) goes to report.md only
+                text = text.strip().splitlines()[0] + f" (the whole message is in {ns.out}/report.md)"
             console.print(f"{mark} {text}", style=style, markup=False, highlight=False)
-        result = generate(spec, target, ns.out, backend=backend, run_verification=not ns.no_verify, tma=not ns.pointer_loads, progress=progress)
+        tl_text, tl_name = read_tl(ns.tl) if ns.tl is not None else (None, "kernel.tl")
+        try:
+            result = generate(spec, target, ns.out, backend=backend, run_verification=not ns.no_verify, tma=not ns.pointer_loads,
+                              tl=tl_text, tl_file=tl_name, progress=progress)
+        except OutputError as err:  # the run could not be written (a full disk): a failure, not bad input
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", style="bold red", markup=False)
+            return 1
     _summary(result, console)
-    return 0 if result.ok else 1
+    return exit_code(result.ok, result.verified)
+
+
+def cmd_generate_llm(ns: argparse.Namespace, console: Console) -> int:
+    """``generate --llm PROVIDER:MODEL``: a model writes the kernel, the gates judge it (llm/command.py)."""
+    from .llm.command import cmd_generate_llm as command
+
+    return command(ns, console)
+
+
+def cmd_replay(ns: argparse.Namespace, console: Console) -> int:
+    """``attnforge replay DIR``: a saved --llm run again, offline, to the same kernel (llm/replay_run.py)."""
+    from .llm.command import cmd_replay as command
+
+    return command(ns, console)
+
+
+def cmd_prompts(ns: argparse.Namespace, console: Console) -> int:
+    """``attnforge prompts list|show NAME``: the LLM prompt templates."""
+    from .llm.command import cmd_prompts as command
+
+    return command(ns, console)
+
+
+# `generate` and `verify`: 0 verified, 1 a step or a check failed, 2 bad input, 3 generated but not verified.
+NOT_VERIFIED = 3
+
+
+def exit_code(ok: bool, verified: bool) -> int:
+    return 1 if not ok else (0 if verified else NOT_VERIFIED)
+
+
+def cmd_verify(ns: argparse.Namespace, console: Console) -> int:
+    from .gate import verify_directory
+
+    spec = spec_from_args(ns) if (ns.spec or ns.heads is not None) else None
+    target = get_target(ns.target) if ns.target else None
+
+    def case_done(done: int, total: int, case) -> None:
+        mark = "ok  " if case.passed else "FAIL"
+        console.print(f"{mark} verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e}, err(LSE) {case.err_lse:.2e}; "
+                      f"{case.error or case.worst}", style="green" if case.passed else "bold red", markup=False, highlight=False)
+    verdict = verify_directory(ns.directory, spec=spec, target=target, interpret=True if ns.interpret else None, progress=case_done)
+    console.print(f"{ns.directory}: {verdict.spec.describe()} for {verdict.target.name}", style="bold", markup=False)
+    for rep in verdict.interpret:
+        console.print(f"interpret {rep.line()}", style="green" if rep.passed else "bold red", markup=False, highlight=False)
+    if verdict.ok:
+        console.print(verdict.verification.statement, style="bold green", markup=False)
+        return 0
+    console.print(f"FAILED at {verdict.step}: {verdict.error}", style="bold red", markup=False, highlight=False)
+    return 1
+
+
+def cmd_selftest(ns: argparse.Namespace, console: Console) -> int:
+    from .selftest import MUTANTS, run, summary
+
+    chosen = [m for m in MUTANTS if not ns.only or m.name in ns.only]
+    unknown = sorted(set(ns.only or ()) - {m.name for m in MUTANTS})
+    if unknown:
+        raise AttnforgeError(f"no mutant named {', '.join(unknown)}", where="--only", hint="mutants: " + ", ".join(m.name for m in MUTANTS))
+    where = "in the interpreter" if ns.quick else "natively where a GPU is present, else in the interpreter"
+    console.print(f"attnforge selftest: {len(chosen)} mutant(s) of planned kernels, through the gate {where}", style="bold", markup=False)
+    outcomes = run(chosen, interpret=True if ns.quick else None, jobs=ns.jobs,
+                   progress=lambda o: console.print(o.line(), style="green" if o.as_expected else "bold red", markup=False, highlight=False))
+    killed, total, line = summary(outcomes)
+    ok = all(o.as_expected for o in outcomes)
+    console.print(line, style="bold green" if ok else "bold red", markup=False, highlight=False)
+    return 0 if ok else 1
+
+
+def _times(result) -> str:
+    """Total wall time, each step's (summed over the plans tried), and the compiles of plans that did not fit."""
+    per_step: dict[str, float] = {}
+    for s in result.steps:
+        per_step[s.name] = per_step.get(s.name, 0.0) + s.seconds
+    text = f"total {result.total_seconds:.1f}s: " + ", ".join(f"{name} {sec:.1f}s" for name, sec in per_step.items())
+    if result.rejected_compiles:
+        text += f"; rejected compiles {result.rejected_seconds:.1f}s ({result.rejected_compiles} candidate(s) that did not fit {result.target.name})"
+    return text
+
+
+def _files(directory) -> str:
+    """What is really in the kernel directory: its files, then build/'s."""
+    from .report import contents
+
+    files = contents(Path(directory)) if Path(directory).is_dir() else []
+    top = [f for f in files if "/" not in f]
+    nested: dict[str, list[str]] = {}
+    for f in files:
+        if "/" in f:
+            head, _, rest = f.partition("/")
+            nested.setdefault(head, []).append(rest)
+    parts = top + [f"{d}/ ({', '.join(names)})" for d, names in nested.items()]
+    return f"{directory}: " + (", ".join(parts) if parts else "(nothing)")
 
 
 def _summary(result, console: Console) -> None:
@@ -266,19 +397,26 @@ def _summary(result, console: Console) -> None:
     v = result.verification
     if v is not None:
         table.add_row("verify", f"{sum(c.passed for c in v.cases)}/{len(v.cases)} cases pass on {v.device}; max err(O) {v.max_err_o:.2e}, max err(LSE) {v.max_err_lse:.2e}")
-    table.add_row("time", ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps if s.ok))
-    table.add_row("files", f"{result.out}/kernel.tl, {result.backend.source_file}, report.json, report.md")
-    verdict = "verified kernel" if result.ok and v is not None else ("kernel generated, not verified (--no-verify)" if result.ok else f"FAILED at {result.failed_step}")
-    table.add_row("result", verdict, style="bold green" if result.ok else "bold red")
+    table.add_row("time", _times(result))
+    table.add_row("files", _files(result.out))
+    table.add_row("result", result.status, style="bold green" if result.verified else ("bold yellow" if result.ok else "bold red"))
     console.print(table)
 
 
 # ---------------------------------------------------------------- argument parsing
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), whose errors quote at most a short piece of a
+    long argument (``argument --seed: invalid _seed value: '111...'``)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(shorten(message, 300))
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnforge", formatter_class=fmt,
         description="Generate fast, verified attention kernels by way of a Thinking Language (TL).\n\n"
                     "TL-Code says how a kernel moves tiles through global, shared and register memory;\n"
@@ -287,8 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  attnforge targets\n"
                "  attnforge backends\n"
                "  attnforge tl library\n"
-               "  attnforge tl check gqa_causal_fwd.tl --target h100\n"
-               "  attnforge tl run gqa_causal_fwd.tl --shape 2,32,8,300,437,128 --dtype bf16\n"
+               "  attnforge tl check lib:gqa_causal_fwd --target h100\n"
+               "  attnforge tl run lib:gqa_causal_fwd --shape 2,32,8,300,437,128 --dtype bf16\n"
                "  attnforge spec validate myspec.toml\n"
                "  attnforge generate --target h100 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --out out/",
     )
@@ -301,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "reference (natively on a GPU, in Triton's interpreter on a CPU). Writes into --out:\n"
                                    "kernel.tl, kernel_triton.py (attnforge.load(DIR) gives a callable; or import it and call\n"
                                    "launch(q, k, v, o, lse, scale=...)),\n"
-                                   "report.json, report.md, build/ (PTX and cubin). Exit 0 verified, 1 a step failed, 2 bad input.",
+                                   "report.json, report.md, build/ (PTX and cubin). The summary says what was verified and how\n"
+                                   "(natively on the target's architecture, on another GPU, or in the interpreter).\n"
+                                   "Exit 0 verified, 1 a step failed, 2 bad input, 3 generated but not verified (--no-verify).",
                        epilog="examples:\n"
                               "  attnforge generate --target h100 --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --out out/\n"
                               "  attnforge generate --spec examples/gqa_causal.toml --target a100 --out out-a100/\n"
@@ -309,13 +449,45 @@ def build_parser() -> argparse.ArgumentParser:
                               "  attnforge generate --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 8192 --head-dim 128 --out decode/\n"
                               f"\n--target auto (the default) picks the local GPU; without one it generates for {DEFAULT_TARGET}.")
     p.add_argument("--target", default="auto", help=f"GPU to generate for: a name from 'attnforge targets' (h100, a100, l4, t4, ...), sm_XX, or auto (default: the local GPU, else {DEFAULT_TARGET})")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory for the kernel and its reports (created; existing files are overwritten)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the kernel and its reports, written whole when the run ends (created; an earlier "
+                                                                "attnforge output there is replaced; a file or a directory of other files is refused)")
     p.add_argument("--backend", default="auto", metavar="NAME",
                    help="stage-2 backend: auto (the first that builds the spec) or a name from 'attnforge backends' (triton)")
-    p.add_argument("--no-verify", action="store_true", help="stop after compiling (skip running the kernel against the reference)")
+    p.add_argument("--no-verify", action="store_true", help="stop after compiling (skip running the kernel against the reference); exits 3, never 0")
+    p.add_argument("--tl", metavar="FILE", help="use this TL program instead of the built-in planner's; it goes through every gate "
+                                                 "(checked for the target, judged against the spec's reference, translated, compiled, verified)")
     p.add_argument("--pointer-loads", action="store_true", help="never read q/k/v through TMA descriptors (sm_90+ uses them when head dims allow): for callers with strides TMA cannot take")
-    add_spec_arguments(p)
+    add_spec_arguments(p, kernels=True)
+    add_generate_llm_arguments(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("verify", formatter_class=fmt, help="re-run the whole gate on a kernel directory (after an edit, or for a kernel written elsewhere)",
+                       description="Check the directory's kernel.tl for the target, judge it against the spec (its claims, then its\n"
+                                   "numbers in float64), and verify its kernel source against the spec's float64 reference: natively\n"
+                                   "on a GPU, else in the interpreter. The spec and target come from the directory's report.json\n"
+                                   "unless given. Prints each case and the worst row; exit 0 verified, 1 refused, 2 bad input.",
+                       epilog="examples:\n  attnforge verify out/\n  attnforge verify out/ --target a100 --interpret\n"
+                              "  attnforge verify mykernel/ --spec myspec.toml --target h100")
+    p.add_argument("directory", metavar="DIR", help="a directory 'attnforge generate --out DIR' wrote (kernel.tl, the kernel source, report.json)")
+    p.add_argument("--target", help="the target the kernel is for (default: the one in DIR/report.json)")
+    p.add_argument("--interpret", action="store_true", help="verify in the interpreter even when a GPU is present")
+    add_spec_arguments(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("selftest", formatter_class=fmt, help="plant bugs in generated kernels and TL programs and check that the gate kills each",
+                       description="The mutation suite: each mutant is one planted bug (a loop bound or mask off by one, causal\n"
+                                   "alignment swapped, a window bound, the GQA head map, swapped strides, the LSE not stored, rows\n"
+                                   "written past Sq, the rescale or normalisation dropped, the decode combine weights dropped, the\n"
+                                   "causal split bound, exp vs exp2, a wrong TMA box, ...). TL mutants go through every step of\n"
+                                   "'generate --tl'; kernel mutants through 'attnforge verify'. Each line says which step killed the\n"
+                                   "mutant; an equivalent mutant must survive, and says why it is equivalent. The last line is\n"
+                                   "'mutants: K of N killed'. Exit 0 when every non-equivalent mutant is killed.",
+                       epilog="examples:\n  attnforge selftest --quick           # in the interpreter (CI)\n"
+                              "  attnforge selftest --jobs 8           # natively on a GPU\n  attnforge selftest --quick --only gqa_map_changed")
+    p.add_argument("--quick", action="store_true", help="verify in the interpreter even when a GPU is present (what CI runs)")
+    p.add_argument("--jobs", type=int, default=2, metavar="N", help="worker processes (default 2)")
+    p.add_argument("--only", action="append", metavar="NAME", help="run this mutant only (repeatable)")
+    p.set_defaults(func=cmd_selftest)
 
     p = sub.add_parser("backends", help="list the stage-2 backends and what each supports",
                        description="List the backends that translate TL into GPU code, with the targets, data types and features each supports.")
@@ -334,8 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Check names, shapes, data types, memory levels and the target's limits\n"
                                       "(tensor-core data types, shared memory, registers, MMA alignment).\n"
                                       "Prints file:line:col: code: message (hint) per finding; exit 1 on errors.",
-                          epilog="FILE may be a path or the name of a shipped program (attnforge tl library).")
-    p.add_argument("file", metavar="FILE", help="TL file, or a shipped program's name")
+                          epilog="FILE is a path, or lib:NAME for a shipped program (attnforge tl library), e.g. lib:gqa_causal_fwd.")
+    p.add_argument("file", metavar="FILE", help="path of a TL file, or lib:NAME for a shipped program")
     p.add_argument("--target", help="GPU to check for: a name from 'attnforge targets' (h100, a100, t4, ...), sm_XX, or auto (default: the program's own 'target' line)")
     p.add_argument("--head-dim", metavar="D[,DV]", help="head dims used for the shared-memory and register estimates (default 128)")
     p.add_argument("--sketch", action="store_true", help="the program is a sketch: open parameters are expected, resource checks that need them are skipped")
@@ -349,8 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "line claims. Exit 1 when any shape fails.",
                           epilog="tolerances: O by ||O - ref|| / ||ref||: float64 1e-10, fp32 1e-4, fp16 5e-3, bf16 2e-2, fp8e4m3 1.5e-1,\n"
                                  "fp8e5m2 3e-1; LSE by max |LSE - ref| / (1 + |ref|): float64 1e-10, any rounded run 1e-5.\n"
-                                 "Every 7th query row has logits near +-1000 (not in fp8 runs) to expose a missing max subtraction.")
-    p.add_argument("file", metavar="FILE", help="TL file, or a shipped program's name")
+                                 "Every 7th query row has logits near +-1000 (not in fp8 runs) to expose a missing max subtraction.\n"
+                                 "limits (exit 2 past them): 2**26 elements per array (inputs, tiles, the reference's B*Hq*Sq*Sk scores);\n"
+                                 "1,000,000 interpreter steps per shape (program instances, loop trips, statements); finite --scalar values.\n"
+                                 "FILE is a path, or lib:NAME for a shipped program (attnforge tl library), e.g. lib:gqa_causal_fwd.")
+    p.add_argument("file", metavar="FILE", help="path of a TL file, or lib:NAME for a shipped program")
     p.add_argument("--shape", action="append", metavar="B,HQ,HKV,SQ,SK,D[,DV]",
                    help="problem shape; repeat for several (default: three shapes sized from the program's BM/BN/NSPLIT so that "
                         "several query blocks, ragged K/V tails, Sq > Sk and a decode step are all exercised)")
@@ -378,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the normalised spec as JSON")
     add_spec_arguments(p)
     p.set_defaults(func=cmd_spec_validate)
+
+    add_replay_parser(sub, cmd_replay)
+    add_prompts_parser(sub, cmd_prompts)
     return parser
 
 
@@ -395,6 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnforgeError as err:
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", style="bold red", markup=False)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, not a traceback
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":

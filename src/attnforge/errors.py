@@ -8,6 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ECHO_LIMIT = 200  # at most this many characters of a user's input are echoed in an error
+
+
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how long it was: an error names what
+    was wrong without echoing a 100 KB input back."""
+    if len(text) <= limit:
+        return text
+    note = f"... ({len(text)} characters)"
+    return text[: max(0, limit - len(note))] + note
+
 
 @dataclass(frozen=True)
 class Position:
@@ -68,7 +79,8 @@ class SpecError(AttnforgeError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field} = {value!r} is not allowed; allowed: {allowed}", where=f"spec.{field}", hint=hint)
+        name = shorten(str(field), 80)  # an unknown key of a spec file is the user's text too
+        super().__init__(f"{name} = {shorten(repr(value))} is not allowed; allowed: {allowed}", where=f"spec.{name}", hint=hint)
 
 
 class TargetError(AttnforgeError):
@@ -92,3 +104,8 @@ class CompileError(AttnforgeError):
 
 class TranslateError(AttnforgeError):
     """A TL program that stage 2 cannot turn into target code (a construct the target language lacks)."""
+
+
+class OutputError(AttnforgeError):
+    """A kernel directory or cache entry that cannot be written (a full disk, no permission, a
+    path that cannot be created): nothing half-written is left where a reader would take it."""

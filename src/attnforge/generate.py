@@ -6,7 +6,9 @@ reference), translate (the backend's source), compile (for the target, no GPU ne
 memory, registers, spills, instructions), verify (the kernel against the float64 reference:
 natively on a GPU, else in the backend's interpreter), report. A compile that does not fit the
 target sends the pipeline to the planner's next plan. Whatever was produced before a failure
-stays in the directory.
+stays in the directory. A run writes into a private directory beside ``out`` and moves it into
+place whole when it ends (``outdir``): the directory is always one run's, its report describing
+the files beside it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import outdir
 from .backends import Backend, Translation, choose_backend
 from .compile_report import CompileReport, check_fits
-from .errors import AttnforgeError, DoesNotFitError
-from .plan import BuiltinPlanner, Plan
+from .errors import AttnforgeError, DoesNotFitError, OutputError
+from .judge import JudgeError, interpret_against_spec, interpret_shapes
+from .plan import BuiltinPlanner, GivenPlanner, Plan
 from .report import KERNEL_TL, write_reports
 from .spec import AttentionSpec
 from .targets import Target
@@ -50,10 +54,26 @@ class GenerateResult:
     rejected: list[str] = field(default_factory=list)
     failed_step: str | None = None
     error: str | None = None
+    total_seconds: float = 0.0  # wall time of the whole run
+    rejected_seconds: float = 0.0  # of which compiles of plans that did not fit the target
+    rejected_compiles: int = 0  # how many such compiles
 
     @property
     def ok(self) -> bool:
         return self.failed_step is None
+
+    @property
+    def verified(self) -> bool:
+        return self.ok and self.verification is not None and self.verification.passed
+
+    @property
+    def status(self) -> str:
+        """One sentence: what was verified, and how; or that nothing was; or which step failed."""
+        if not self.ok:
+            return f"FAILED at step {self.failed_step}"
+        if self.verification is None:
+            return "generated and compiled, NOT verified (--no-verify)"
+        return self.verification.statement
 
 
 class StepFailed(AttnforgeError):
@@ -67,16 +87,6 @@ class StepFailed(AttnforgeError):
 Progress = Callable[[str, str], None]  # (event, text): event is "start", "ok", "fail" or "info"
 
 
-def _interpret_shapes(spec: AttentionSpec, params: dict[str, int]) -> list[harness.Shape]:
-    """Small shapes that exercise every loop of the program: tails in both tiles, Sq != Sk."""
-    g = spec.group_size
-    bm, bn = params.get("BM", 64), params.get("BN", 64)
-    d, dv = spec.head_dim, spec.head_dim_v
-    if spec.is_decode:
-        return [harness.Shape(1, 2 * g, 2, 1, (2 * params.get("NSPLIT", 1) + 1) * bn + 3, d, dv)]
-    return [harness.Shape(1, g, 1, bm + 13, 2 * bn + 7, d, dv), harness.Shape(1, g, 1, 2 * bm + 3, bn + 5, d, dv)]
-
-
 def generate(
     spec: AttentionSpec,
     target: Target,
@@ -86,20 +96,40 @@ def generate(
     run_verification: bool = True,
     interpret: bool | None = None,
     tma: bool = True,
+    tl: str | None = None,
+    tl_file: str = KERNEL_TL,
     progress: Progress | None = None,
 ) -> GenerateResult:
-    """Run every step; never raises for a step's failure (see ``result.failed_step``).
-    ``backend``: a name (``auto``: the first that builds the spec) or a Backend. ``tma=False``
-    keeps pointer loads where TMA descriptors would be used; ``interpret`` forces (True) or
-    forbids (False) the interpreter for verification (default: when there is no GPU)."""
+    """Run every step; never raises for a step's failure (see ``result.failed_step``), only
+    ``AttnforgeError`` for an ``out`` it may not write to (a file, a directory of other files)
+    and ``OutputError`` when the directory cannot be written (a full disk).
+    ``backend``: a name (``auto``: the first that builds the spec) or a Backend. ``tl``: a TL
+    program (its text; ``tl_file`` names it in messages) to use instead of the built-in
+    planner's, put through every gate. ``tma=False`` keeps pointer loads where the planner
+    would use TMA descriptors; ``interpret`` forces (True) or forbids (False) the interpreter
+    for verification (default: when there is no GPU)."""
     chosen = backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
-    return _Pipeline(spec, target, chosen, Path(out), BuiltinPlanner(tma=tma), interpret, progress).run(run_verification)
+    planner = GivenPlanner(tl, tl_file) if tl is not None else BuiltinPlanner(tma=tma)
+    final = outdir.destination(out)
+    work = outdir.start(final)
+    try:
+        result = _Pipeline(spec, target, chosen, work, planner, interpret, progress).run(run_verification)
+    except OSError as err:  # the reports could not be written
+        outdir.discard(work)
+        raise OutputError(f"cannot write the kernel directory {out}: {err.strerror or err}", where=str(out),
+                          hint="free space on its file system, or give another --out") from None
+    except BaseException:  # an interrupt: nothing half-written is left
+        outdir.discard(work)
+        raise
+    outdir.publish(work, final)  # on failure it keeps the run in ``work`` and says so
+    result.out = Path(out)
+    return result
 
 
 class _Pipeline:
     """One generate run: each step is a method returning a one-line summary or raising."""
 
-    def __init__(self, spec: AttentionSpec, target: Target, backend: Backend, out: Path, planner: BuiltinPlanner,
+    def __init__(self, spec: AttentionSpec, target: Target, backend: Backend, out: Path, planner: BuiltinPlanner | GivenPlanner,
                  interpret: bool | None, progress: Progress | None):
         out.mkdir(parents=True, exist_ok=True)
         self.spec, self.target, self.backend, self.out, self.planner, self.interpret = spec, target, backend, out, planner, interpret
@@ -125,6 +155,8 @@ class _Pipeline:
             result.failed_step, result.error = err.step, str(err)
         except AttnforgeError as err:
             result.failed_step, result.error = self.current, err.render()
+        except OSError as err:  # a file the step writes (a full disk): the run's environment, not a bug
+            result.failed_step, result.error = self.current, f"cannot write {err.filename or 'a file'}: {err.strerror or err}"
         except Exception as err:  # a bug in a step: recorded with its traceback in the report, not lost
             result.failed_step, result.error = self.current, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=6)}"
         if result.failed_step:
@@ -134,7 +166,8 @@ class _Pipeline:
         t0 = time.perf_counter()
         write_reports(result, total_seconds=time.perf_counter() - start)
         result.steps.append(StepResult("report", True, round(time.perf_counter() - t0, 3), "report.json, report.md"))
-        write_reports(result, total_seconds=time.perf_counter() - start)
+        result.total_seconds = time.perf_counter() - start
+        write_reports(result, total_seconds=result.total_seconds)
         return result
 
     def step(self, name: str, fn: Callable[[], str]) -> None:
@@ -154,10 +187,13 @@ class _Pipeline:
             self.step("check", self.check)
             self.step("interpret", self.interpret_tl)
             self.step("translate", self.translate)
+            t0 = time.perf_counter()
             try:
                 self.step("compile", self.compile)
                 return
             except DoesNotFitError as err:  # other compile failures are not a matter of tile sizes
+                self.result.rejected_seconds += time.perf_counter() - t0
+                self.result.rejected_compiles += 1
                 self.result.rejected.append(f"{_fmt(self.result.plan.params)}: {err}")
                 self.say("info", f"compile: does not fit ({err}); trying the planner's next candidate")
                 last = err
@@ -179,18 +215,16 @@ class _Pipeline:
         return f"clean for {self.target.name}" + (f", {len(warnings)} warning(s)" if warnings else "") + (f" ({res})" if res else "")
 
     def interpret_tl(self) -> str:
-        """The TL program itself, exactly in float64, on small shapes: its logic before any GPU code."""
+        """The TL program judged against the spec: its claims, then its numbers exactly in
+        float64 on small shapes against the spec's reference, before any GPU code."""
         p = self.result.plan
-        declared = {name for k in p.program.kernels for name in k.scalars}
-        scalars = {k: v for k, v in self.spec.runtime_scalars().items() if k in declared}
-        runs = []
-        for shape in _interpret_shapes(self.spec, p.params):
-            rep = harness.run_and_compare(p.program, shape, dtype=None, scalars=scalars, file=KERNEL_TL)
-            runs.append({"shape": str(shape), "err_o": rep.err_o, "err_lse": rep.err_lse, "tol_o": rep.tolerance, "tol_lse": rep.tolerance_lse, "passed": rep.passed})
-            if not rep.passed:
-                raise StepFailed("interpret", f"the TL program is wrong at {shape}: err(O) {rep.err_o:.3g} (bound {rep.tolerance:g}), err(LSE) {rep.err_lse:.3g}")
-        self.result.interpret_runs = runs
-        return f"{len(runs)} shape(s) exact in float64, max err(O) {max(r['err_o'] for r in runs):.2g}"
+        try:
+            reports = interpret_against_spec(p.program, self.spec, interpret_shapes(self.spec, p.params), file=getattr(self.planner, "file", KERNEL_TL))
+        except JudgeError as err:
+            self.result.interpret_runs = [_run_record(r) for r in err.reports]
+            raise StepFailed("interpret", f"{err.message} (hint: {err.hint})" if err.hint else err.message) from err
+        runs = self.result.interpret_runs = [_run_record(r) for r in reports]
+        return f"{len(runs)} shape(s) exact in float64 against the spec, max err(O) {max(r['err_o'] for r in runs):.2g}"
 
     def translate(self) -> str:
         spec = self.spec
@@ -216,13 +250,18 @@ class _Pipeline:
         def case_done(done: int, total: int, case) -> None:
             mark = "ok" if case.passed else "FAIL"
             self.say("info", f"  verify {done}/{total} {case.shape}: err(O) {case.err_o:.2e} (bound {case.tol_o:.0e}), err(LSE) {case.err_lse:.2e} (bound {case.tol_lse:.1e}) {mark}")
-        rec = self.result.verification = verify(kernel, self.spec, self.result.plan.params, progress=case_done)
+        rec = self.result.verification = verify(kernel, self.spec, self.result.plan.params, target=self.target, progress=case_done)
         bad = [c for c in rec.cases if not c.passed]
         if bad:
             first = bad[0]
-            raise StepFailed("verify", f"{len(bad)} of {len(rec.cases)} case(s) fail on {rec.device}; first: {first.shape} err(O) {first.err_o:.3g} "
-                                       f"(bound {first.tol_o:g}), err(LSE) {first.err_lse:.3g}" + (f", {first.error}" if first.error else ""))
-        return f"{len(rec.cases)} cases pass on {rec.device}; max err(O) {rec.max_err_o:.2e}, max err(LSE) {rec.max_err_lse:.2e}"
+            raise StepFailed("verify", f"{len(bad)} of {len(rec.cases)} case(s) fail on {rec.device}; first: {first.shape}: "
+                                       + (first.error or first.worst or f"err(O) {first.err_o:.3g}"))
+        return f"{len(rec.cases)} cases pass on {rec.device}; max err(O) {rec.max_err_o:.2e}, max err(LSE) {rec.max_err_lse:.2e}; {rec.statement}"
+
+
+def _run_record(rep: harness.RunReport) -> dict:
+    return {"shape": str(rep.shape), "err_o": rep.err_o, "err_lse": rep.err_lse, "tol_o": rep.tolerance, "tol_lse": rep.tolerance_lse,
+            "passed": rep.passed, "worst": rep.worst}
 
 
 def _fmt(params: dict[str, int]) -> str:

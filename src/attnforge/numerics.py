@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 # Bounds on O's relative error ||O - ref|| / ||ref|| by the format the GEMMs read
 # (None: an exact float64 run of a TL program; tf32: fp32 tensors read by tf32 tensor cores).
 O_TOLERANCE: dict[str | None, float] = {
@@ -39,3 +41,66 @@ HOT_EVERY, HOT_FIRST, HOT_SCALE = 7, 3, 400.0
 def scale_hot_rows(q: Any) -> None:
     """Scale the hot rows of ``q`` (..., S, D), a numpy array or torch tensor, in place."""
     q[..., HOT_FIRST::HOT_EVERY, :] *= HOT_SCALE
+
+
+# ---------------------------------------------------------------- per-row bound on O
+#
+# A row of O is sum_j p_j v_j with p the softmax weights. A kernel computes it with these errors,
+# each modelled per row (the reference gives p, v and O exactly, in float64):
+#   - P rounded to the GEMM's operand format before P @ V: each weight carries a relative
+#     error up to u_p (round to nearest, so about uniform: RMS u_p / sqrt(3)); below the smallest
+#     normal number the error is absolute, half the subnormal spacing, over l (the row's sum of
+#     unnormalised weights, >= 1);
+#   - O rounded to the output format: RMS u_out / sqrt(3) of each element;
+#   - the scores' own error e_s (``verify.score_error_bound``): at most 2 e_s p_j on each weight,
+#     and exp's: 2^-21 relative plus 2^-23 |s_j - max| from its argument, worst case;
+#   - the fp32 accumulation of P @ V over n visible keys, RMS sqrt(n) 2^-24 |partial sums|.
+# The random terms are independent across the row's Dv elements, so the row's error norm
+# concentrates near their root-sum-square E; a row fails when its error exceeds O_ROW_SIGMAS * E
+# plus the worst-case terms. A kernel that keeps its accumulator in 16 bits, or that skips or
+# zeroes rows, lands far outside.
+O_ROW_SIGMAS = 3.0
+EXP_RELATIVE = 2.0**-21
+EXP_ARGUMENT = 2.0**-23
+FP32_UNIT = 2.0**-24
+
+
+def _subnormal_half_spacing(fmt: str) -> float:
+    from .dtypes import FORMATS
+
+    f = FORMATS[fmt]
+    return 2.0 ** (f.min_normal_exp - f.mantissa_bits - 1)
+
+
+def o_row_bound(p: np.ndarray, l: np.ndarray, v: np.ndarray, o: np.ndarray, score_err: np.ndarray, p_fmt: str, out_fmt: str) -> np.ndarray:
+    """The error each row of O may carry (B, Hq, Sq), by the model above.
+
+    p: softmax weights (B, Hq, Sq, Sk); l: unnormalised row sums (B, Hq, Sq), >= 1 where a key is
+    visible; v: values repeated to the query heads (B, Hq, Sk, Dv); o: the reference output;
+    score_err: the bound on each row's score error (B, Hq, Sq)."""
+    from .dtypes import FORMATS
+
+    u_p, u_o = FORMATS[p_fmt].eps, FORMATS[out_fmt].eps
+    v_norm = np.linalg.norm(v, axis=-1)  # (B, H, Sk)
+    o_norm = np.linalg.norm(o, axis=-1)
+    l_safe = np.where(l > 0, l, 1.0)[..., None]
+    per_weight = np.maximum(u_p * p, np.where(p > 0, _subnormal_half_spacing(p_fmt) / l_safe, 0.0))
+    rounding = np.einsum("bhqk,bhk->bhq", per_weight**2, v_norm**2) / 3.0 + (u_o * o_norm) ** 2 / 3.0
+    weighted_v = np.einsum("bhqk,bhk->bhq", p, v_norm)  # sum_j p_j |v_j|
+    visible = (p > 0).sum(axis=-1)
+    rounding += visible * (FP32_UNIT * weighted_v) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        neg_log_p = np.where(p > 0, -np.log(np.where(p > 0, p, 1.0)), 0.0)
+    exp_err = EXP_RELATIVE * weighted_v + EXP_ARGUMENT * np.einsum("bhqk,bhk->bhq", p * neg_log_p, v_norm)
+    scores = 2.0 * score_err * (weighted_v + o_norm)
+    return O_ROW_SIGMAS * np.sqrt(rounding) + exp_err + scores
+
+
+def worst_row(err: np.ndarray, bound: np.ndarray) -> tuple[tuple[int, ...], float]:
+    """The (b, h, row) whose error is largest relative to its bound, and that ratio (inf for NaN,
+    or for an error where the bound is 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / bound)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    index = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    return tuple(int(i) for i in index), float(ratio[index])

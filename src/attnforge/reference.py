@@ -54,8 +54,11 @@ def attention_reference(
     softcap: float | None = None,
     score_mod: ScoreFn | None = None,
     mask_mod: MaskFn | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Attention in float64: returns (O (B, Hq, Sq, Dv), LSE (B, Hq, Sq)) with the natural log."""
+    weights: bool = False,
+) -> tuple[np.ndarray, ...]:
+    """Attention in float64: returns (O (B, Hq, Sq, Dv), LSE (B, Hq, Sq)) with the natural log;
+    with ``weights`` also the softmax weights P (B, Hq, Sq, Sk), 0 where masked, and each row's sum
+    of unnormalised weights l (B, Hq, Sq; the max-subtracted exponentials), for error models."""
     if causal_align not in ("bottom_right", "top_left"):
         raise ValueError(f"causal_align {causal_align!r} is neither 'bottom_right' nor 'top_left'")
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
@@ -102,6 +105,8 @@ def attention_reference(
     with np.errstate(invalid="ignore", divide="ignore"):
         o = np.where(empty, 0.0, np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(empty, 1.0, row_sum))
         lse = np.where(empty, -np.inf, safe_max + np.log(np.where(empty, 1.0, row_sum)))[..., 0]
+        if weights:
+            return o, lse, np.where(empty, 0.0, p / np.where(empty, 1.0, row_sum)), np.where(empty, 0.0, row_sum)[..., 0]
     return o, lse
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
@@ -15,6 +16,13 @@ if TYPE_CHECKING:
     from .generate import GenerateResult
 
 KERNEL_TL = "kernel.tl"
+REPORTS = ("report.json", "report.md")
+
+
+def contents(directory: Path) -> list[str]:
+    """Every file in a kernel directory, as paths relative to it (build/ included), sorted."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.relative_to(directory).parts)
 
 
 def gpu_present() -> bool:
@@ -33,6 +41,8 @@ def report_dict(result: GenerateResult, total_seconds: float) -> dict:
     p = result.plan
     return {
         "ok": result.ok,
+        "verified": result.verified,
+        "status": result.status,
         "failed_step": result.failed_step,
         "error": result.error,
         "spec": result.spec.to_dict(),
@@ -53,7 +63,9 @@ def report_dict(result: GenerateResult, total_seconds: float) -> dict:
         "verification": None if result.verification is None else result.verification.to_dict(),
         "steps": [asdict(s) for s in result.steps],
         "total_seconds": round(total_seconds, 3),
+        "rejected_compile_seconds": round(result.rejected_seconds, 3),
         "files": {"tl": KERNEL_TL, "source": result.backend.source_file},
+        "contents": sorted(set(contents(result.out)) | set(REPORTS)),  # what is really in the directory
     }
 
 
@@ -63,8 +75,19 @@ def write_reports(result: GenerateResult, total_seconds: float) -> None:
     (result.out / "report.md").write_text(report_markdown(data))
 
 
+def add_section(directory: Path, key: str, title: str, data: dict, lines: list[str]) -> None:
+    """Add ``data`` under ``key`` to a kernel directory's report.json, and a ``## title``
+    section of ``lines`` to its report.md (what the directory's keeper knows, e.g. the cache)."""
+    path = directory / REPORTS[0]
+    report = json.loads(path.read_text())
+    report[key] = data
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    md = directory / REPORTS[1]
+    md.write_text(md.read_text().rstrip("\n") + "\n\n" + "\n".join([f"## {title}", "", *lines]) + "\n")
+
+
 def report_markdown(d: dict) -> str:
-    status = "verified" if d["ok"] and d["verification"] else ("generated (not verified)" if d["ok"] else f"FAILED at step {d['failed_step']}")
+    status = d["status"]
     lines = [f"# attnforge kernel: {d['spec_summary']}", "",
              f"- target: {d['target']['name']} ({d['target']['sm']}, {d['target']['product']}); backend: {d['backend']}",
              f"- status: **{status}**",
@@ -77,7 +100,9 @@ def report_markdown(d: dict) -> str:
         lines += [f"- rejected: {r}" for r in d["rejected_candidates"]] + [""]
     lines += ["## Steps", "", "| step | ok | seconds | detail |", "|---|---|---|---|"]
     lines += [f"| {s['name']} | {'yes' if s['ok'] else 'NO'} | {s['seconds']:.2f} | {s['detail'].splitlines()[0] if s['detail'] else ''} |" for s in d["steps"]]
-    lines.append("")
+    rejected = d.get("rejected_compile_seconds") or 0.0
+    lines += ["", f"Total {d['total_seconds']:.2f} s" + (f", of which {rejected:.2f} s compiling plans that did not fit" if rejected else "") + ".", ""]
+    lines += ["## Files", "", ", ".join(f"`{f}`" for f in d.get("contents", [])), ""]
     if d["compile"]:
         lines += ["## Compile", "", "| kernel | target | warps | stages | registers | shared KiB | spill B | instructions |", "|---|---|---|---|---|---|---|---|"]
         for c in d["compile"]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 # Head dims an AttentionSpec may ask for; backends pad them to their block shapes as needed.
 HEAD_DIM_MIN, HEAD_DIM_MAX = 16, 512
+# Kernels index sizes, programs and offsets inside a head with int32 (batch and head offsets are int64).
+INDEX_MAX = 2**31 - 1
 
 
 def is_pow2(x: int) -> bool:

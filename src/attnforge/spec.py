@@ -18,11 +18,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from .dtypes import STORAGE_DTYPES
+from .dtypes import FORMATS, KERNEL_DTYPES, STORAGE_DTYPES
 from .abi import scalar_values
-from .errors import AttnforgeError, SpecError
+from .errors import AttnforgeError, SpecError, shorten
 from .reference import alibi_slopes_for
-from .sizes import HEAD_DIM_MAX, HEAD_DIM_MIN
+from .sizes import HEAD_DIM_MAX, HEAD_DIM_MIN, INDEX_MAX
 from .tl import nodes as n
 from .tl.evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, expr_kind
 from .tl.parser import FUNCTIONS, parse_expr
@@ -104,8 +104,8 @@ def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: boo
         unknown = sorted(n.expr_names(expr) - set(names) - {"inf"})
         if unknown:
             guesses = [g for u in unknown for g in difflib.get_close_matches(u, names, n=1)]
-            hint = f"unknown name(s) {', '.join(unknown)}; allowed names: {', '.join(names)}"
-            raise SpecError(field, value, allowed, hint=hint + (f" (did you mean {', '.join(guesses)}?)" if guesses else ""))
+            hint = f"unknown name(s) {shorten(', '.join(unknown), 120)}; allowed names: {', '.join(names)}"
+            raise SpecError(field, value, allowed, hint=hint + (f" (did you mean {shorten(', '.join(guesses), 80)}?)" if guesses else ""))
         kind = expr_kind(expr)
     except KindError as err:
         raise SpecError(field, value, allowed, hint=str(err)) from None
@@ -117,7 +117,48 @@ def _check_mod(field: str, value: object, names: tuple[str, ...], want_bool: boo
     if not want_bool and kind == "bool":
         raise SpecError(field, value, "a numeric expression over " + ", ".join(names),
                         hint="a score_mod returns the new score, e.g. 'score + 0.1 * (kv_idx - q_idx)'; use mask_mod to drop keys")
+    _check_literals(field, value, expr, allowed)
     return text
+
+
+def _literals(expr: n.Expr) -> list[int | float]:
+    if isinstance(expr, n.Num):
+        return [expr.value]
+    if isinstance(expr, n.Unary):
+        return _literals(expr.operand)
+    if isinstance(expr, n.Binary):
+        return _literals(expr.left) + _literals(expr.right)
+    if isinstance(expr, (n.Call, n.Index)):
+        return [x for a in expr.args for x in _literals(a)]
+    return []
+
+
+def _check_literals(field: str, value: str, expr: n.Expr, allowed: str) -> None:
+    """Every number in a modifier must fit the kernel's arithmetic: int32 integers, fp32 reals."""
+    fp32_max = FORMATS["fp32"].max_finite
+    for x in _literals(expr):
+        if isinstance(x, int) and abs(x) > INDEX_MAX:
+            raise SpecError(field, value, allowed + f"; integers within +-{INDEX_MAX} (int32)",
+                            hint=f"{shorten(str(x), 60)} does not fit the kernel's int32 index arithmetic" + (f"; for a real number write {float(x):.6g}" if abs(x) <= fp32_max else ""))
+        if isinstance(x, float) and not abs(x) <= fp32_max:
+            raise SpecError(field, value, allowed + f"; numbers within +-{fp32_max:.8g} (fp32)",
+                            hint=f"{shorten(repr(x), 60)} is beyond fp32, the kernel's score arithmetic")
+
+
+def _check_index_limits(spec: "AttentionSpec") -> None:
+    """Sizes a kernel can index with int32: each size, the batch x heads program rows, and the
+    elements of one head (offsets inside a head are int32)."""
+    hint = "kernels index with int32; split the work into several calls"
+    for name in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k"):
+        if getattr(spec, name) > INDEX_MAX:
+            raise SpecError(name, getattr(spec, name), f"an integer in 1..{INDEX_MAX} (2**31 - 1)", hint=hint)
+    if spec.batch * spec.heads > INDEX_MAX:
+        raise SpecError("batch", spec.batch, f"at most {INDEX_MAX // spec.heads} with heads={spec.heads} (batch x heads <= 2**31 - 1)", hint=hint)
+    width = max(spec.head_dim, spec.head_dim_v)
+    for name in ("seqlen_q", "seqlen_k"):
+        if getattr(spec, name) * width > INDEX_MAX + 1:
+            raise SpecError(name, getattr(spec, name), f"at most {(INDEX_MAX + 1) // width} with head dims {width} (one head's seq x head_dim elements <= 2**31)",
+                            hint=hint)
 
 
 # ---------------------------------------------------------------- the spec
@@ -199,6 +240,7 @@ class AttentionSpec:
         put("head_dim", head_dim)
         head_dim_v = head_dim if self.head_dim_v is None else _check_int("head_dim_v", self.head_dim_v, HEAD_DIM_MIN, HEAD_DIM_MAX)
         put("head_dim_v", head_dim_v)
+        _check_index_limits(self)
         dtype = _canonical_dtype(self.dtype)
         put("dtype", dtype)
 
@@ -371,7 +413,12 @@ def load_spec_dict(path: str | Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(raw.decode("utf-8")) if suffix == ".toml" else json.loads(raw)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SpecError("file", str(path), f"valid {suffix[1:].upper()}", hint=str(err)) from None
+        raise SpecError("file", str(path), f"valid {suffix[1:].upper()}", hint=shorten(str(err))) from None
+    except RecursionError:
+        raise SpecError("file", str(path), f"a {suffix[1:].upper()} table of spec fields",
+                        hint="it nests tables or arrays too deeply to read; a spec is one flat table of fields") from None
+    except ValueError as err:  # e.g. an integer of more than 4300 digits
+        raise SpecError("file", str(path), f"valid {suffix[1:].upper()}", hint=shorten(str(err))) from None
     if not isinstance(data, dict):
         raise SpecError("file", str(path), "a table/object of spec fields", hint=f"the file holds a {type(data).__name__}")
     if isinstance(data.get("spec"), dict):
@@ -393,8 +440,12 @@ def load_spec_dict(path: str | Path) -> dict[str, Any]:
 _INT_FLAGS = ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v")
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--spec FILE`` and one flag per spec field; flags given override the file's values."""
+def add_spec_arguments(parser: argparse.ArgumentParser, *, kernels: bool = False) -> None:
+    """Add ``--spec FILE`` and one flag per spec field; flags given override the file's values.
+
+    ``kernels=True`` is for commands that generate a kernel: ``--dtype`` lists the formats kernels
+    are generated for (``dtypes.KERNEL_DTYPES``), and ``spec_from_args`` refuses any other."""
+    parser.set_defaults(spec_kernel_dtypes=kernels)
     g = parser.add_argument_group("attention spec", "What to build. Flags given on the command line override the --spec file.")
     g.add_argument("--spec", metavar="FILE", default=None,
                    help="Spec file, .toml (fields at top level or under [spec]) or .json, with the field names below "
@@ -410,7 +461,10 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"Q/K head dimension, any integer in {HEAD_DIM_MIN}..{HEAD_DIM_MAX} (required unless in --spec).")
     g.add_argument("--head-dim-v", type=int, default=None, metavar="DV", help="V/output head dimension (default: --head-dim; e.g. 128 with D=192).")
     g.add_argument("--dtype", default=None, metavar="DTYPE",
-                   help="Q/K/V/O element type: fp16, bf16 (default), fp32, fp8e4m3, fp8e5m2; aliases float16/half, bfloat16, float32/float.")
+                   help=("Q/K/V/O element type kernels are generated for: " + ", ".join(f"{d} (default)" if d == "bf16" else d for d in KERNEL_DTYPES)
+                         + "; aliases float16/half, bfloat16, float32/float. fp8e4m3 and fp8e5m2 are planned, not generated yet.") if kernels else
+                        ("Q/K/V/O element type: fp16, bf16 (default), fp32, fp8e4m3, fp8e5m2; aliases float16/half, bfloat16, float32/float. "
+                         "Kernels are generated for " + ", ".join(KERNEL_DTYPES) + " (fp8 is planned)."))
     g.add_argument("--scale", type=float, default=None, help="Score scale applied to Q@K^T (default 1/sqrt(head_dim)); finite, non-zero.")
     g.add_argument("--causal", action="store_true", default=None, help="Causal masking (default off); alignment set by --causal-align.")
     g.add_argument("--no-causal", dest="causal", action="store_false", default=None, help="Turn causal masking off (overrides the --spec file).")
@@ -447,9 +501,9 @@ def _parse_window(text: str) -> tuple[int | None, int | None]:
         try:
             v = int(p)
         except ValueError:
-            raise SpecError("window", text, allowed, hint=f"{p!r} is not an integer") from None
+            raise SpecError("window", text, allowed, hint=f"{shorten(repr(p), 80)} is not an integer") from None
         if v < 0:
-            raise SpecError("window", text, allowed, hint=f"{v} is negative; use '-' for unbounded")
+            raise SpecError("window", text, allowed, hint=f"{shorten(str(v), 80)} is negative; use '-' for unbounded")
         out.append(v)
     return out[0], out[1]
 
@@ -479,10 +533,22 @@ def spec_from_args(ns: argparse.Namespace) -> AttentionSpec:
     alibi = getattr(ns, "alibi_slopes", None)
     if alibi is not None:
         d["alibi_slopes"] = _parse_alibi(alibi)
-    return AttentionSpec.from_dict(d)
+    spec = AttentionSpec.from_dict(d)
+    note = kernel_dtype_note(spec)
+    if note is not None and getattr(ns, "spec_kernel_dtypes", False):
+        raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " (what kernels are generated for today)", hint=note)
+    return spec
+
+
+def kernel_dtype_note(spec: AttentionSpec) -> str | None:
+    """Why no kernel is generated for the spec's dtype (a valid spec may name fp8), or None."""
+    if spec.dtype in KERNEL_DTYPES:
+        return None
+    return (f"{spec.dtype} kernels are not generated yet: fp8 is planned (it needs per-tensor scales the spec does not carry); "
+            f"generate with --dtype {' / '.join(KERNEL_DTYPES)}")
 
 
 __all__ = [
     "AttentionSpec", "DTYPES", "CAUSAL_ALIGNS", "SCORE_MOD_NAMES", "MASK_MOD_NAMES",
-    "alibi_slopes_for", "load_spec_dict", "add_spec_arguments", "spec_from_args",
+    "alibi_slopes_for", "load_spec_dict", "add_spec_arguments", "spec_from_args", "kernel_dtype_note",
 ]

@@ -22,7 +22,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .dtypes import STORAGE_DTYPES
-from .errors import TargetError
+from .errors import TargetError, shorten
 
 if TYPE_CHECKING:  # rich is only needed when a table is actually drawn
     from rich.table import Table
@@ -320,7 +320,7 @@ def get_target(name: str) -> Target:
         if target is not None and (not m[2] or target.ptx_arch.endswith("a")):
             return target
         raise TargetError(f"no target for {name.strip()!r} in the table", where="target", hint=_allowed_hint())
-    raise TargetError(f"unknown target {name.strip()!r}", where="target", hint=_allowed_hint())
+    raise TargetError(f"unknown target {shorten(repr(name.strip()), 80)}", where="target", hint=_allowed_hint())
 
 
 def target_for_device(cc: tuple[int, int], device_name: str) -> Target:

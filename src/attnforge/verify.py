@@ -20,11 +20,12 @@ import torch
 
 from .backends.base import Kernel
 from .dtypes import torch_dtype
-from .numerics import ACCUMULATE_UNIT, O_TOLERANCE, OPERAND_ROUNDING, lse_tolerance, scale_hot_rows
-from .reference import attention_reference, lse_error, relative_error
+from .numerics import ACCUMULATE_UNIT, O_TOLERANCE, OPERAND_ROUNDING, lse_tolerance, o_row_bound, scale_hot_rows, worst_row
+from .oracle import spec_reference
+from .reference import lse_error, relative_error
 from .spec import AttentionSpec, alibi_slopes_for
-from .tl.evaluate import expr_fn
-from .tl.parser import parse_expr
+from .sizes import next_pow2
+from .targets import Target, detect_local_target
 
 @dataclass(frozen=True)
 class CaseShape:
@@ -49,6 +50,8 @@ class CaseResult:
     seconds: float
     passed: bool
     error: str | None = None  # the exception, when the kernel raised instead of returning
+    o_ratio: float = math.nan  # the worst row's |O - ref| over its bound (numerics.o_row_bound): <= 1 passes
+    worst: str | None = None  # the first problem found, naming its (b, h, row); else the row closest to its bound
 
 
 @dataclass
@@ -58,6 +61,15 @@ class VerifyRecord:
     device: str
     dtype: str
     cases: list[CaseResult] = field(default_factory=list)
+    mode: str = "interpreter"  # "native" (the target's architecture), "native-other-arch" or "interpreter"
+    ran: str = ""  # what ran, in words: which GPU or interpreter, and whether it was the target's code
+
+    @property
+    def statement(self) -> str:
+        """One sentence a report can print as the kernel's status."""
+        if not self.passed:
+            return f"verification FAILED: {self.ran}"
+        return f"verified {self.ran}"
 
     @property
     def passed(self) -> bool:
@@ -72,7 +84,7 @@ class VerifyRecord:
         return max((c.err_lse for c in self.cases), default=math.nan)
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "dtype": self.dtype, "passed": self.passed, "max_err_o": self.max_err_o,
+        return {"device": self.device, "dtype": self.dtype, "passed": self.passed, "mode": self.mode, "statement": self.statement, "max_err_o": self.max_err_o,
                 "max_err_lse": self.max_err_lse, "cases": [asdict(c) for c in self.cases]}
 
 
@@ -95,6 +107,8 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
         CaseShape(1, 4, 4, bm + 3, 2 * bn + 7),
         CaseShape(1, 4, 1, 2 * bm + 5, bm + 1, "bshd"),
         CaseShape(1, 2, 2, 1, 2 * bn + 3),
+        # many K/V tiles per row: an error that grows with each tile (a 16-bit accumulator) shows
+        CaseShape(1, 2, 1, 3, (256 if native else 96) * bn + 5),
     ]
     if native:
         # The float64 reference materialises B x Hq x Sq x Sk scores on the host: keep that under ~50M.
@@ -107,18 +121,6 @@ def _mma_format(spec: AttentionSpec) -> str:
     return "tf32" if spec.allow_tf32 else spec.dtype
 
 
-def reference(spec: AttentionSpec, shape: CaseShape, q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarray | None):
-    """Float64 O and LSE for ``spec``'s operator at ``shape`` (modifiers read this shape's sizes)."""
-    sizes = {"B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk}
-    kwargs: dict = {"scale": spec.scale, "causal": spec.causal, "causal_align": spec.causal_align,
-                    "window": (spec.window_left, spec.window_right), "alibi_slopes": slopes, "softcap": spec.softcap}
-    if spec.score_mod is not None:
-        kwargs["score_mod"] = expr_fn(parse_expr(spec.score_mod), sizes, True)
-    if spec.mask_mod is not None:
-        kwargs["mask_mod"] = expr_fn(parse_expr(spec.mask_mod), sizes, False)
-    return attention_reference(q, k, v, **kwargs)
-
-
 def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, hot: bool = False) -> torch.Tensor:
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64)
     if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
@@ -129,23 +131,56 @@ def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: i
     return x.to(device)
 
 
-def _empty(shape: CaseShape, dims: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
-    """NaN-filled output with the case's layout (BSHD: heads are not the outer stride)."""
-    if shape.layout == "bshd" and len(dims) == 4:
+# Outputs live inside larger buffers filled with CANARY: a kernel that writes past Sq rows or Dv
+# columns changes a canary and fails, however the case's strides lay the rows out. The guards are
+# as deep as one tile can overrun (a whole query block past Sq, the padding of a head dim), so the
+# writes land in them rather than in memory the case does not own.
+CANARY = 1234.5
+
+
+def _guarded(shape: CaseShape, dims: tuple[int, ...], dtype: torch.dtype, device: str, guard_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(output view filled with NaN, the whole buffer, a mask of the buffer outside the view), in
+    the case's layout (BSHD: heads are not the outer stride), with ``guard_rows`` rows (and, for
+    O, guard columns) of CANARY around the view."""
+    if len(dims) == 4:
         B, H, S, D = dims
-        return torch.full((B, S, H, D), math.nan, dtype=dtype, device=device).transpose(1, 2)
-    return torch.full(dims, math.nan, dtype=dtype, device=device)
+        cols = 16 + next_pow2(D) - D
+        full = (B, S + guard_rows, H, D + cols) if shape.layout == "bshd" else (B, H, S + guard_rows, D + cols)
+        def window(t: torch.Tensor) -> torch.Tensor:
+            return (t.transpose(1, 2) if shape.layout == "bshd" else t)[:, :, :S, :D]
+    else:
+        B, H, S = dims
+        full = (B, H, S + guard_rows)
+        def window(t: torch.Tensor) -> torch.Tensor:
+            return t[..., :S]
+    buf = torch.full(full, CANARY, dtype=dtype, device=device)
+    outside = torch.ones(full, dtype=torch.bool, device=device)
+    window(outside).fill_(False)
+    view = window(buf)
+    view.fill_(math.nan)
+    return view, buf, outside
 
 
-def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int) -> CaseResult:
+def _guards_intact(buf: torch.Tensor, outside: torch.Tensor) -> bool:
+    return bool((buf[outside] == CANARY).all())
+
+
+def _row_name(index: tuple[int, ...]) -> str:
+    return f"b={index[0]} h={index[1]} row={index[2]}"
+
+
+def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *, block_rows: int = 128) -> CaseResult:
+    """One case; ``block_rows``: the kernel's query block (BM), the deepest a store can overrun."""
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator().manual_seed(seed)
     q = _tensor(gen, shape, shape.Hq, shape.Sq, spec.head_dim, dtype, device, hot=True)
     k = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim, dtype, device)
     v = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim_v, dtype, device)
-    o = _empty(shape, (shape.B, shape.Hq, shape.Sq, spec.head_dim_v), dtype, device)
-    lse = torch.full((shape.B, shape.Hq, shape.Sq), math.nan, dtype=torch.float32, device=device)
+    inputs = [t.clone() for t in (q, k, v)]
+    guard = max(16, next_pow2(block_rows))
+    o, o_buf, o_outside = _guarded(shape, (shape.B, shape.Hq, shape.Sq, spec.head_dim_v), dtype, device, guard)
+    lse, lse_buf, lse_outside = _guarded(shape, (shape.B, shape.Hq, shape.Sq), torch.float32, device, guard)
     slopes = None
     args: dict = spec.runtime_scalars()
     if spec.alibi_slopes is not None:
@@ -161,13 +196,38 @@ def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int) -
     except Exception as err:  # a crash is a failed case with its reason, not a lost run
         return CaseResult(str(shape), math.inf, math.inf, tol_o, tol_lse, time.perf_counter() - start, False, f"{type(err).__name__}: {err}"[:500])
     seconds = time.perf_counter() - start
-    ref_o, ref_lse = reference(spec, shape, *(t.double().cpu().numpy() for t in (q, k, v)), slopes)
-    err_o = relative_error(o.double().cpu().numpy(), ref_o)
-    out_lse = lse.double().cpu().numpy()
+    problems = []
+    if not (_guards_intact(o_buf, o_outside) and _guards_intact(lse_buf, lse_outside)):
+        problems.append("wrote outside o or lse (past Sq rows or Dv columns)")
+    if not all(torch.equal(a, b) for a, b in zip(inputs, (q, k, v))):
+        problems.append("changed its inputs q, k or v")
+    sizes = {"B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk}
+    qd, kd, vd = (t.double().cpu().numpy() for t in (q, k, v))
+    ref_o, ref_lse, weights, row_sum = spec_reference(spec, sizes, qd, kd, vd, slopes, weights=True)
+    out_o, out_lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
+    err_o = relative_error(out_o, ref_o)
     err_lse = lse_error(out_lse, ref_lse)
-    lse_ok, tol_lse = _lse_within_bound(out_lse, ref_lse, score_error_bound(q, k, spec.scale, fmt), tol_lse)
-    passed = err_o <= tol_o and err_lse < math.inf and lse_ok  # NaN compares false: never passes
-    return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, seconds, passed)
+    score_err = score_error_bound(q, k, spec.scale, fmt)
+    # O row by row (NaN: an unwritten element; err = inf)
+    row_err = np.where(np.isnan(out_o).any(axis=-1), np.inf, np.linalg.norm(np.nan_to_num(out_o - ref_o), axis=-1))
+    bound = o_row_bound(weights, row_sum, np.repeat(vd, shape.Hq // shape.Hkv, axis=1), ref_o, score_err, fmt, spec.dtype)
+    index, o_ratio = worst_row(row_err, bound)
+    if not o_ratio <= 1.0:
+        problems.append(f"O at {_row_name(index)}: |O - ref| {row_err[index]:.3g} > bound {bound[index]:.3g} (|ref| {np.linalg.norm(ref_o[index]):.3g})")
+    lse_ok, tol_lse, lse_index = _lse_within_bound(out_lse, ref_lse, score_err, tol_lse)
+    if not lse_ok or not err_lse < math.inf:
+        where = lse_index if lse_index is not None else _first_bad_lse(out_lse, ref_lse)
+        problems.append(f"LSE at {_row_name(where)}: {out_lse[where]:.6g} vs ref {ref_lse[where]:.6g}")
+    if not err_o <= tol_o:
+        problems.append(f"||O - ref|| / ||ref|| = {err_o:.3g} > {tol_o:g}")
+    return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, seconds, not problems, o_ratio=o_ratio,
+                      worst=problems[0] if problems else f"O closest to its bound at {_row_name(index)} ({o_ratio:.2f} of it)")
+
+
+def _first_bad_lse(out: np.ndarray, ref: np.ndarray) -> tuple[int, ...]:
+    """The first row whose LSE is NaN, or -inf where the reference is not (or the reverse)."""
+    bad = np.isnan(out) | (np.isfinite(out) != np.isfinite(ref)) | (~np.isfinite(ref) & (out != ref))
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0, 0, 0)
 
 
 def score_error_bound(q: torch.Tensor, k: torch.Tensor, scale: float, fmt: str) -> np.ndarray:
@@ -180,17 +240,31 @@ def score_error_bound(q: torch.Tensor, k: torch.Tensor, scale: float, fmt: str) 
     return (unit * abs(scale) * worst).double().cpu().numpy()
 
 
-def _lse_within_bound(out: np.ndarray, ref: np.ndarray, score_bound: np.ndarray, base: float) -> tuple[bool, float]:
-    """Whether every finite row is within its bound, and the bound (relative to 1 + |ref|) at the
-    row closest to failing, for the report. Masked rows (-inf) and NaN are judged by lse_error."""
+def _lse_within_bound(out: np.ndarray, ref: np.ndarray, score_bound: np.ndarray, base: float) -> tuple[bool, float, tuple[int, ...] | None]:
+    """Whether every finite row is within its bound, the bound (relative to 1 + |ref|) at the
+    row closest to failing, and that row. Masked rows (-inf) and NaN are judged by lse_error."""
     finite = np.isfinite(ref) & np.isfinite(out)
     if not finite.any():
-        return True, base
-    scale = 1.0 + np.abs(ref[finite])
-    allowed = base * scale + score_bound[finite]
-    ratio = np.abs(out[finite] - ref[finite]) / allowed
-    worst = int(np.argmax(ratio))
-    return bool(ratio[worst] <= 1.0), float(allowed[worst] / scale[worst])
+        return True, base, None
+    scale = 1.0 + np.abs(ref)
+    allowed = base * scale + score_bound
+    with np.errstate(invalid="ignore"):  # -inf - -inf in masked rows, replaced below
+        ratio = np.where(finite, np.abs(np.where(finite, out - ref, 0.0)) / allowed, 0.0)
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+    return bool(ratio[worst] <= 1.0), float(allowed[worst] / scale[worst]), worst
+
+
+def what_runs(kernel: Kernel, target: Target | None) -> tuple[str, str]:
+    """(mode, sentence): where verification runs ``kernel``, and whether that is the target's code."""
+    aimed = f"{target.name} ({target.sm})" if target is not None else "the target"
+    if kernel.interpret:
+        return "interpreter", f"in the interpreter on the CPU; the code compiled for {aimed} was not run"
+    local = detect_local_target(torch.cuda.current_device())
+    gpu = f"{torch.cuda.get_device_name()} ({local.sm})"
+    if target is None or local.cc == target.cc:
+        return "native", f"natively on {gpu}" + (", the target's architecture" if target is not None else "")
+    return "native-other-arch", (f"natively on {gpu} with a build for that GPU; the code compiled for {aimed} was not run "
+                                 "(a different architecture)")
 
 
 def verify(
@@ -198,18 +272,26 @@ def verify(
     spec: AttentionSpec,
     params: dict[str, int],
     *,
+    target: Target | None = None,
     shapes: list[CaseShape] | None = None,
     seed: int = 0,
     progress: Callable[[int, int, CaseResult], None] | None = None,
+    fail_fast: bool = False,
 ) -> VerifyRecord:
-    """Run every case and return the record; ``progress(done, total, case)`` after each."""
+    """Run every case and return the record; ``progress(done, total, case)`` after each.
+    ``fail_fast`` stops at the first failing case (a refused kernel needs no second reason).
+    ``target``: the GPU the kernel was generated for, so the record says whether what ran was
+    the target's own code."""
     native = not kernel.interpret
     shapes = verification_shapes(spec, params, native=native) if shapes is None else shapes
     name = f"cuda:{torch.cuda.get_device_name()}" if native else "cpu (interpreter)"
-    record = VerifyRecord(name, _mma_format(spec))
+    mode, ran = what_runs(kernel, target)
+    record = VerifyRecord(name, _mma_format(spec), mode=mode, ran=ran)
     for i, shape in enumerate(shapes):
-        case = run_case(kernel, spec, shape, seed + i)
+        case = run_case(kernel, spec, shape, seed + i, block_rows=params.get("BM", 128))
         record.cases.append(case)
         if progress is not None:
             progress(i + 1, len(shapes), case)
+        if fail_fast and not case.passed:
+            break
     return record

@@ -4,5 +4,6 @@ the compiler says a plan does not fit. The built-in planner works by rules; an L
 will implement the same method."""
 
 from .builtin import BuiltinPlanner, Plan, plan, plans
+from .given import GivenPlanner
 
-__all__ = ["BuiltinPlanner", "Plan", "plan", "plans"]
+__all__ = ["BuiltinPlanner", "GivenPlanner", "Plan", "plan", "plans"]

@@ -6,7 +6,7 @@ import functools
 import re
 from importlib import resources
 
-from ..errors import AttnforgeError
+from ..errors import AttnforgeError, shorten
 from . import nodes as n
 from .parser import parse
 
@@ -35,7 +35,7 @@ def source(name: str) -> str:
     """The text of a shipped program."""
     found = file_name(name)
     if found is None:
-        raise AttnforgeError(f"no shipped TL program {name!r}", where="library", hint="shipped: " + ", ".join(programs()))
+        raise AttnforgeError(f"no shipped TL program {shorten(repr(name), 80)}", where="library", hint="shipped: " + ", ".join(programs()))
     return resources.files(_PACKAGE).joinpath(found).read_text()
 
 

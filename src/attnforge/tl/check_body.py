@@ -56,6 +56,9 @@ class KernelCheck:
         self.read_at: dict[str, n.Node] = {}
         self.scalar_set = set(kernel.scalars)
         self.scratch_dtypes = {sc.name: self.dtypes.get(sc.dtype, sc.dtype) for sc in kernel.scratch}
+        self.axes: dict[str, tuple[n.GridAxis, object]] = {}  # grid axis -> (its node, its evaluated extent)
+        self.loops: list[tuple[n.Loop, object, object]] = []  # enclosing loops with their evaluated start and stop
+        self.overruns: set[int] = set()  # ids of the loops, axes and coordinates reported as TL312
 
     # -- helpers
     def add(self, code: str, node: n.Node, message: str, hint: str, severity: str = "error") -> None:
@@ -127,6 +130,7 @@ class KernelCheck:
         # Probe 0 looks at the first program instance, probe 1 at the last: offsets must fit both.
         for axis in self.k.grid:
             extent = self.value(axis.extent, env, f"grid extent of {axis.name}")
+            self.axes[axis.name] = (axis, extent)
             env[axis.name] = 0 if extent is None or self.probe == 0 else max(0, extent - 1)
         self.block(self.k.body, env, None)
         for tensor in sorted((self.read & self.written) - set(INPUTS)):  # writes to inputs are TL408
@@ -140,17 +144,19 @@ class KernelCheck:
 
     def c_Loop(self, s: n.Loop, env: dict, loop) -> None:
         start = self.value(s.start, env, "loop start")
-        if self.probe == 0:
-            self.value(s.stop, env, "loop stop")
+        stop = self.value(s.stop, env, "loop stop")
         if s.var in env:
             self.add("TL204", s, f"loop variable {s.var!r} shadows an outer name", "pick another name")
         if s.stages is not None:
             stages = self.value(s.stages, env, "pipeline stages")
             if stages is not None and stages < 1:
                 self.add("TL311", s.stages, f"pipeline stages {stages} must be at least 1", "use 1 (no pipelining) to 4")
-        stop = self.value(s.stop, env, "loop stop") if self.probe else None
         last = stop - 1 if isinstance(stop, int) and isinstance(start, int) and stop > start else start
-        self.block(s.body, {**env, s.var: (start if self.probe == 0 else last) if isinstance(start, int) else 0}, s)
+        self.loops.append((s, start, stop))
+        try:
+            self.block(s.body, {**env, s.var: (start if self.probe == 0 else last) if isinstance(start, int) else 0}, s)
+        finally:
+            self.loops.pop()
 
     def c_Allocate(self, s: n.Allocate, env: dict, loop) -> None:
         if s.name in self.names and self.names[s.name].node is not s:
@@ -206,11 +212,11 @@ class KernelCheck:
                 self.add("TL403", s, "a Copy to or from global memory needs the tile shape and its coordinate", f"write Copy {s.src} (BM, D) at [m, 0] from {s.src_level} to {s.dst_level} {s.dst}")
                 return
             tile = self.shape(s.tile, env, "tile dimension")
-            for c in s.coord:
-                self.value(c, env, "coordinate")
+            coord = tuple(self.value(c, env, "coordinate") for c in s.coord)
             if len(s.tile) != len(glob.dims) or len(s.coord) != len(glob.dims):
                 self.add("TL302", s, f"the global view has {len(glob.dims)} dimensions; tile and coordinate need one entry each", "e.g. (BM, D) at [m, 0] for a 2-d view")
                 return
+            self.check_tile_inside(s, glob, tile, coord, env)
         elif s.tile is not None:
             self.add("TL403", s, "a Copy between shared and register memory moves the whole tile; it takes no tile shape or coordinate", "drop the '(...) at [...]'")
             return
@@ -239,6 +245,45 @@ class KernelCheck:
                                   from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online,
                                   init=dst.init if dst is not None else None)
         self.report.defs(self.k, s, s.dst, self.names[s.dst], loop)
+
+    def check_tile_inside(self, s: n.Copy, glob: Info, tile: tuple | None, coord: tuple, env: dict) -> None:
+        """TL312: a global Copy whose tile lies wholly outside its view in this probe's program
+        instance and loop iteration. Every enclosing loop must run there (an empty loop's body never
+        executes). The finding goes to the innermost loop, else the grid axis, whose variable the
+        offending coordinate reads (once per loop or axis), else to the coordinate."""
+        if tile is None or not glob.shape or len(glob.shape) != len(tile) or any(not isinstance(c, int) for c in coord):
+            return
+        if any(not (isinstance(a, int) and isinstance(b, int) and b > a) for _, a, b in self.loops):
+            return
+        if any(not isinstance(extent, int) or extent < 1 for _, extent in self.axes.values()):
+            return
+        for axis, (c, size, extent) in enumerate(zip(coord, tile, glob.shape)):
+            first = c * size
+            if first < extent and first + size > 0:
+                continue
+            names = n.expr_names(s.coord[axis])
+            view = glob.node.name if isinstance(glob.node, n.Allocate) else glob.tensor
+            dim, tdim = show(glob.dims[axis]), show(s.tile[axis])
+            verb = "writes" if s.dst_level == "global" else "reads"
+            where = f"the Copy at line {s.line} {verb} elements {first}..{first + size - 1} of dimension {axis} of {view}, which has {extent} ({dim})"
+            instance = "first" if self.probe == 0 else "last"
+            side = "before the first" if first < 0 else "past the last"
+            loop = next((lp for lp, _, _ in reversed(self.loops) if lp.var in names), None)
+            axis_node = next((self.axes[a][0] for a in reversed(list(self.axes)) if a in names), None)
+            node = loop or axis_node or s.coord[axis]
+            if id(node) in self.overruns:
+                return
+            self.overruns.add(id(node))
+            if loop is not None:
+                self.add("TL312", loop, f"loop {loop.var} runs {side} tile of {view}: at {loop.var} = {env[loop.var]} (its {instance} iteration in the {instance} program instance) {where}",
+                         f"loop over the tiles that exist, e.g. for {loop.var} = 0 : cdiv({dim}, {tdim})")
+            elif axis_node is not None:
+                self.add("TL312", axis_node, f"grid axis {axis_node.name} runs {side} tile of {view}: at {axis_node.name} = {env[axis_node.name]} (the {instance} program instance) {where}",
+                         f"one program instance per tile, e.g. {axis_node.name} : cdiv({dim}, {tdim})")
+            else:
+                self.add("TL312", node, f"the tile of {view} at [{', '.join(show(e) for e in s.coord)}] lies {side} tile: {where}",
+                         f"coordinates count tiles of {tdim} from 0 to cdiv({dim}, {tdim}) - 1")
+            return
 
     def c_Gemm(self, s: n.Gemm, env: dict, loop) -> None:
         a, b = self.get(s.a, s), self.get(s.b, s)

@@ -8,18 +8,36 @@ scalars, with defaults chosen to make each feature bite on small shapes.
 from __future__ import annotations
 
 import math
+import numbers
+from functools import partial
 from dataclasses import asdict, dataclass, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from ..dtypes import round_to
-from ..errors import AttnforgeError
+from ..errors import AttnforgeError, shorten
 from ..numerics import O_TOLERANCE, lse_tolerance, scale_hot_rows
 from ..reference import alibi_slopes_for, attention_reference, lse_error, relative_error
 from . import nodes as n
 from .evaluate import evaluate, expr_fn
 from .interpreter import run_program
+from .limits import MAX_ELEMENTS, MAX_STEPS
+
+# Integer scalars (window sizes) beyond this are refused: numpy index arithmetic is int64.
+_SCALAR_INT_MAX = 2**62
+
+
+def _check_scalar(name: str, value: object) -> None:
+    """A runtime scalar must be a finite number: NaN or inf would poison the program and the
+    reference alike, and their comparison would then prove nothing."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise AttnforgeError(f"scalar {shorten(str(name), 80)} = {shorten(repr(value))} is not a number", where="--scalar", hint="e.g. --scalar softcap=30")
+    if isinstance(value, numbers.Integral):
+        if abs(int(value)) > _SCALAR_INT_MAX:
+            raise AttnforgeError(f"scalar {shorten(str(name), 80)} = {shorten(str(value))} is out of range", where="--scalar", hint="integer scalars (window sizes) are at most 2**62")
+    elif not math.isfinite(float(value)):
+        raise AttnforgeError(f"scalar {shorten(str(name), 80)} = {value!r} is not a finite number", where="--scalar", hint="give a finite value, e.g. --scalar scale=0.125")
 
 
 
@@ -37,15 +55,29 @@ class Shape:
     def parse(cls, text: str) -> "Shape":
         """``B,HQ,HKV,SQ,SK,D[,DV]`` (DV defaults to D)."""
         parts = [p.strip() for p in str(text).split(",")]
-        if len(parts) not in (6, 7) or not all(p.isdigit() for p in parts):
-            raise AttnforgeError(f"shape {text!r} is not B,HQ,HKV,SQ,SK,D[,DV]", where="--shape", hint="e.g. --shape 2,8,2,113,203,64")
+        # isdecimal, not isdigit: '²' is a digit that int() refuses; 18 digits keep every size an int64
+        if len(parts) not in (6, 7) or not all(p.isascii() and p.isdecimal() and len(p) <= 18 for p in parts):
+            raise AttnforgeError(f"shape {shorten(repr(text))} is not B,HQ,HKV,SQ,SK,D[,DV]", where="--shape", hint="e.g. --shape 2,8,2,113,203,64")
         values = [int(p) for p in parts] + ([int(parts[5])] if len(parts) == 6 else [])
         shape = cls(*values)
         if min(values) < 1:
             raise AttnforgeError(f"shape {text!r} has a zero size", where="--shape", hint="every size must be >= 1")
         if shape.Hq % shape.Hkv:
             raise AttnforgeError(f"HQ={shape.Hq} is not a multiple of HKV={shape.Hkv}", where="--shape", hint="GQA needs HQ = G * HKV")
+        shape.check_size("--shape")
         return shape
+
+    def check_size(self, where: str = "shape") -> None:
+        """Refuse a shape whose inputs, output or reference scores would not fit the interpreter:
+        more than ``limits.MAX_ELEMENTS`` elements in any one array."""
+        arrays = {"q (B*Hq*Sq*D)": self.B * self.Hq * self.Sq * self.D, "k (B*Hkv*Sk*D)": self.B * self.Hkv * self.Sk * self.D,
+                  "v (B*Hkv*Sk*Dv)": self.B * self.Hkv * self.Sk * self.Dv, "o (B*Hq*Sq*Dv)": self.B * self.Hq * self.Sq * self.Dv,
+                  "the reference's scores (B*Hq*Sq*Sk)": self.B * self.Hq * self.Sq * self.Sk}
+        name, elements = max(arrays.items(), key=lambda item: item[1])
+        if elements > MAX_ELEMENTS:
+            raise AttnforgeError(f"shape {self.B},{self.Hq},{self.Hkv},{self.Sq},{self.Sk},{self.D},{self.Dv} needs {elements:,} elements for {name}; "
+                                 f"the interpreter takes at most {MAX_ELEMENTS:,} (2**26) per array", where=where,
+                                 hint="interpret smaller shapes (odd lengths of a few hundred exercise every tile path); it runs in float64 on the CPU")
 
     def sizes(self) -> dict[str, int]:
         return asdict(self)
@@ -64,6 +96,7 @@ class RunReport:
     tolerance_lse: float
     programs: int
     loop_trips: int
+    worst: str = ""  # the rows farthest from the reference, by (b, h, row)
 
     @property
     def passed(self) -> bool:
@@ -72,7 +105,8 @@ class RunReport:
     def line(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         return (f"{verdict} {self.shape} dtype={self.dtype or 'float64'} err(O)={self.err_o:.2e}/{self.tolerance:.0e} "
-                f"err(LSE)={self.err_lse:.2e}/{self.tolerance_lse:.0e} programs={self.programs} kv_tiles={self.loop_trips}")
+                f"err(LSE)={self.err_lse:.2e}/{self.tolerance_lse:.0e} programs={self.programs} kv_tiles={self.loop_trips}"
+                + ("" if self.passed else f"; {self.worst}"))
 
 
 def features(program: n.Program) -> dict[str, str | n.Expr | None]:
@@ -88,6 +122,10 @@ def default_scalars(program: n.Program, shape: Shape) -> dict[str, float]:
     if "causal" in features(program):
         defaults["window_right"] = 0  # a causal window cannot look ahead
     return defaults
+
+
+# (shape, q, k, v, scalars, slopes) -> (O, LSE) in float64
+Reference = Callable[["Shape", np.ndarray, np.ndarray, np.ndarray, Mapping[str, float], np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def reference_for(program: n.Program, shape: Shape, q, k, v, scalars: Mapping[str, float], slopes: np.ndarray | None):
@@ -126,6 +164,8 @@ def run_and_compare(
     params: Mapping[str, int] | None = None,
     file: str | None = None,
     progress=None,
+    max_steps: int = MAX_STEPS,
+    reference: Reference | None = None,
 ) -> RunReport:
     """Interpret ``program`` on fresh random inputs and compare O and LSE with the reference.
 
@@ -133,7 +173,13 @@ def run_and_compare(
     stores to that format and uses its tolerance. Outputs start as NaN, so an element the
     program never writes fails the comparison. The hot query rows (``numerics.scale_hot_rows``) have
     logits near +-1000, so a program that skips the running-max subtraction overflows.
+    ``max_steps`` is the interpreter's work budget (``run_program``). ``reference(shape, q, k, v,
+    scalars, slopes) -> (O, LSE)`` replaces the reference of what the program claims (its
+    ``computes`` header) with another, e.g. that of the spec the program must implement.
     """
+    shape.check_size()
+    for name, value in (scalars or {}).items():
+        _check_scalar(name, value)
     rng = np.random.default_rng(seed)
     def make(*dims):
         x = rng.standard_normal(dims)
@@ -158,10 +204,29 @@ def run_and_compare(
         "lse": np.full((shape.B, shape.Hq, shape.Sq), np.nan),
     }
     program = specialize(program, dtype=dtype, params=params)
-    result = run_program(program, shape.sizes(), tensors, scalars=values, exact=dtype is None, file=file, progress=progress)
-    ref_o, ref_lse = reference_for(program, shape, q, k, v, values, slopes)
-    return RunReport(shape, dtype, relative_error(result.tensors["o"], ref_o), lse_error(result.tensors["lse"], ref_lse),
-                     O_TOLERANCE[dtype], lse_tolerance(dtype), result.programs, result.loop_trips)
+    result = run_program(program, shape.sizes(), tensors, scalars=values, exact=dtype is None, file=file, progress=progress, max_steps=max_steps)
+    ref_o, ref_lse = (reference or partial(reference_for, program))(shape, q, k, v, values, slopes)
+    out_o, out_lse = result.tensors["o"], result.tensors["lse"]
+    return RunReport(shape, dtype, relative_error(out_o, ref_o), lse_error(out_lse, ref_lse),
+                     O_TOLERANCE[dtype], lse_tolerance(dtype), result.programs, result.loop_trips, _worst_rows(out_o, ref_o, out_lse, ref_lse))
+
+
+def _worst_rows(out_o: np.ndarray, ref_o: np.ndarray, out_lse: np.ndarray, ref_lse: np.ndarray) -> str:
+    """The (b, h, row) farthest from the reference in O (relative to the row's norm; a row the
+    reference leaves empty must be exactly 0) and in the LSE."""
+    with np.errstate(all="ignore"):
+        ref_norm = np.linalg.norm(ref_o, axis=-1)
+        o_abs = np.linalg.norm(np.nan_to_num(out_o - ref_o, nan=np.inf), axis=-1)
+        o_err = np.where(np.isnan(out_o).any(axis=-1), np.inf, np.where(ref_norm > 0, o_abs / np.where(ref_norm > 0, ref_norm, 1.0), o_abs))
+        same = (out_lse == ref_lse) | (np.isinf(out_lse) & np.isinf(ref_lse) & (np.sign(out_lse) == np.sign(ref_lse)))
+        lse_err = np.where(same, 0.0, np.abs(np.nan_to_num(out_lse - ref_lse, nan=np.inf)) / (1.0 + np.abs(np.nan_to_num(ref_lse))))
+    parts = []
+    for name, err in (("O", o_err), ("LSE", lse_err)):
+        if err.size and np.max(err) > 0:
+            i = np.unravel_index(int(np.argmax(err)), err.shape)
+            note = " (|O| where the spec's row is empty)" if name == "O" and ref_norm[i] == 0 else ""
+            parts.append(f"{name} worst at b={i[0]} h={i[1]} row={i[2]} ({err[i]:.2e}{note})")
+    return "; ".join(parts) or "exact"
 
 
 def specialize(program: n.Program, *, dtype: str | None = None, params: Mapping[str, int] | None = None) -> n.Program:

@@ -19,10 +19,12 @@ from typing import Callable, Mapping, NoReturn
 import numpy as np
 
 from ..dtypes import FORMATS, round_to
-from ..errors import Position, TLRuntimeError
+from ..errors import Position, TLRuntimeError, shorten
 from . import nodes as n
 from ..abi import ARG_DTYPE, arg_format
 from .evaluate import evaluate
+from .limits import MAX_ELEMENTS, MAX_STEPS
+from .printer import expr as show
 
 SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")
 
@@ -45,6 +47,16 @@ class RunResult:
     tensors: dict[str, np.ndarray]
     programs: int = 0
     loop_trips: int = 0
+    steps: int = 0  # the work done, as the budget counts it (see _Kernel.charge)
+    max_steps: int = MAX_STEPS
+
+
+# A statement on a tile of more elements counts one step per this many (numpy's cost per call is
+# about flat up to a few thousand elements, then grows with them).
+ELEMENTS_PER_STEP = 4096
+_BUDGET_HINT = (f"a step is a program instance, a loop trip or a statement (one more per {ELEMENTS_PER_STEP} elements of its tile); "
+                "bound the grid and the loops by the problem's tiles ('attnforge tl check' reports loops that run past them, TL312), "
+                "or run smaller shapes")
 
 
 class _Kernel:
@@ -88,7 +100,41 @@ class _Kernel:
         for d, v in zip(dims, values):
             if v < 1:
                 self.fail(d, f"dimension {v} is not positive", "every dimension of a tile or buffer is at least 1")
+        if math.prod(values) > MAX_ELEMENTS:
+            self.too_large(dims[0], f"a tile or buffer of shape {values}", math.prod(values))
         return values
+
+    def too_large(self, node: n.Node, what: str, elements: int) -> NoReturn:
+        self.fail(node, f"{what} has {elements:,} elements; the interpreter takes at most {MAX_ELEMENTS:,} (2**26) per array",
+                  "use smaller tiles or shapes: the interpreter runs in float64 on the CPU")
+
+    # -- the work budget
+    def charge(self, node: n.Node, steps: int) -> None:
+        """Count ``steps`` of work; past the run's budget, stop at ``node``."""
+        self.result.steps += steps
+        if self.result.steps > self.result.max_steps:
+            r = self.result
+            self.fail(node, f"the run exceeds the interpreter's work budget of {r.max_steps:,} steps here "
+                            f"({r.programs:,} program instances and {r.loop_trips:,} loop trips so far)", _BUDGET_HINT)
+
+    def steps_left(self) -> int:
+        return self.result.max_steps - self.result.steps
+
+    @staticmethod
+    def written_size(s: n.Stmt, local: dict[str, Tile]) -> int:
+        """Elements of the tile a statement wrote (what its work grows with); 0 for views and loops."""
+        if isinstance(s, n.Copy):
+            name = s.src if s.dst_level == "global" else s.dst
+        elif isinstance(s, n.Allocate):
+            name = None if s.level == "global" else s.name
+        elif isinstance(s, n.Elementwise):
+            name = s.out if s.out is not None else getattr(s.args[0], "id", None)
+        elif isinstance(s, n.Cast):
+            name = s.out or s.src
+        else:
+            name = getattr(s, "out", None) or getattr(s, "target", None)  # Reshape and Loop: neither
+        tile = local.get(name) if name is not None else None
+        return int(tile.data.size) if tile is not None else 0
 
     def tile_of(self, name: str, node: n.Node, local: dict[str, Tile]) -> Tile:
         if name not in local:
@@ -98,9 +144,28 @@ class _Kernel:
     # -- grid
     def run(self) -> None:
         total = self._grid_size()
-        for i, point in enumerate(self._grid(0, dict(self.env))):
+        where: n.Node = self.k.grid[0] if self.k.grid else self.k
+        if total is not None and self.k.grid:  # point at the widest axis
+            where = max(self.k.grid, key=lambda a: self.ev_int(a.extent, self.env, "a grid extent"))
+        grid = shorten(", ".join(f"{a.name} : {show(a.extent)}" for a in self.k.grid), 120)
+        if total is not None and total > self.steps_left():
+            self.fail(where, f"the grid {grid} has {total:,} program instances; the interpreter's work budget of "
+                             f"{self.result.max_steps:,} steps has {self.steps_left():,} left", _BUDGET_HINT)
+        cheapest = None
+        for i, (point, after) in enumerate(self._grid(dict(self.env))):
+            before = self.result.steps
             self.result.programs += 1
+            self.charge(where, 1)
             self.block(self.k.body, point, {})
+            cost = self.result.steps - before
+            cheapest = cost if cheapest is None else min(cheapest, cost)
+            left = total - i - 1 if total is not None else after
+            if cheapest * left > self.steps_left():
+                # Stop now rather than at the budget: even the cheapest instance so far, repeated for
+                # each of the (at least) `left` still to run, does not fit.
+                self.fail(where, f"the grid {grid} has {i + 1 + left:,}{'' if total is not None else ' or more'} program instances of about "
+                                 f"{cheapest:,} steps or more each (the cheapest of the first {i + 1:,}): more than the interpreter's work budget "
+                                 f"of {self.result.max_steps:,} steps", _BUDGET_HINT)
             if self.progress is not None:
                 self.progress(self.k.name, i + 1, total)
 
@@ -111,14 +176,34 @@ class _Kernel:
         except TLRuntimeError:
             return None
 
-    def _grid(self, axis: int, env: dict):
-        """Every grid point in row-major order; an extent may read the axes before it."""
-        if axis == len(self.k.grid):
-            yield env
+    def _grid(self, env: dict):
+        """Every grid point in row-major order, with the number of points still to come on the
+        innermost axis; an extent may read the axes before it. Iterative (an odometer), so a grid
+        of many axes needs no deep recursion."""
+        axes = self.k.grid
+        if not axes:
+            yield env, 0
             return
-        spec = self.k.grid[axis]
-        for i in range(self.ev_int(spec.extent, env, f"grid extent of {spec.name}")):
-            yield from self._grid(axis + 1, {**env, spec.name: i})
+        envs = [env]  # envs[d]: the point's names before axis d
+        ranges = [range(self.ev_int(axes[0].extent, env, f"grid extent of {axes[0].name}"))]
+        index = [0]
+        while ranges:
+            depth = len(ranges) - 1
+            if index[depth] >= len(ranges[depth]):
+                ranges.pop()
+                index.pop()
+                envs.pop()
+                continue
+            i = ranges[depth][index[depth]]
+            index[depth] += 1
+            point = {**envs[depth], axes[depth].name: i}
+            if depth + 1 == len(axes):
+                yield point, len(ranges[depth]) - index[depth]
+            else:
+                spec = axes[depth + 1]
+                envs.append(point)
+                ranges.append(range(self.ev_int(spec.extent, point, f"grid extent of {spec.name}")))
+                index.append(0)
 
     def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> None:
         for stmt in body:
@@ -128,6 +213,8 @@ class _Kernel:
             except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as err:
                 # Shapes the checker would have rejected (tl check) surface here as numpy errors.
                 self.fail(stmt, f"cannot execute this statement: {type(err).__name__}: {err}"[:400], "run 'attnforge tl check' on the program")
+            if not isinstance(stmt, n.Loop):  # a loop's trips and statements count themselves
+                self.charge(stmt, 1 + self.written_size(stmt, local) // ELEMENTS_PER_STEP)
 
     # -- statements
     def s_Allocate(self, s: n.Allocate, env: dict, local: dict[str, Tile]) -> None:
@@ -209,6 +296,8 @@ class _Kernel:
         Bm = b.data.T if s.b_trans else b.data
         if A.ndim != 2 or Bm.ndim != 2 or A.shape[1] != Bm.shape[0]:
             self.fail(s, f"GEMM of {s.a}{'^T' if s.a_trans else ''} {A.shape} and {s.b}{'^T' if s.b_trans else ''} {Bm.shape}: inner dimensions differ")
+        if A.shape[0] * Bm.shape[1] > MAX_ELEMENTS:
+            self.too_large(s, f"the GEMM product {s.out} ({A.shape[0]}, {Bm.shape[1]})", A.shape[0] * Bm.shape[1])
         product = A @ Bm
         rows = a.cols if s.a_trans else a.rows
         cols = b.rows if s.b_trans else b.cols
@@ -339,9 +428,20 @@ class _Kernel:
     def s_Loop(self, s: n.Loop, env: dict, local: dict[str, Tile]) -> None:
         start = self.ev_int(s.start, env, "a loop bound")
         stop = self.ev_int(s.stop, env, "a loop bound")
+        if stop - start > self.steps_left():
+            self.fail(s, f"loop {s.var} = {start} : {stop} has {stop - start:,} trips; the interpreter's work budget of "
+                         f"{self.result.max_steps:,} steps has {self.steps_left():,} left", _BUDGET_HINT)
+        cheapest = None
         for i in range(start, stop):
+            before = self.result.steps
             self.result.loop_trips += 1
+            self.charge(s, 1)
             self.block(s.body, {**env, s.var: i}, local)
+            cost = self.result.steps - before
+            cheapest = cost if cheapest is None else min(cheapest, cost)
+            if cheapest * (stop - i - 1) > self.steps_left():  # even the cheapest trip so far, repeated, does not fit
+                self.fail(s, f"loop {s.var} = {start} : {stop} has {stop - start:,} trips of about {cheapest:,} steps or more each "
+                             f"(the cheapest of the first {i - start + 1:,}): more than the interpreter's work budget of {self.result.max_steps:,} steps", _BUDGET_HINT)
 
 
 def run_program(
@@ -354,20 +454,22 @@ def run_program(
     exact: bool = True,
     file: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    max_steps: int = MAX_STEPS,
 ) -> RunResult:
     """Run every kernel of ``program`` in order over shared global ``tensors`` (written in place).
 
     ``sizes`` binds B, Hq, Hkv, Sq, Sk, D, Dv; ``params`` overrides or fills the header's
     parameters; ``scalars`` binds the runtime scalars the kernels declare. Scratch tensors are
     created (NaN-filled) on first declaration. ``progress(kernel, done, total)`` is called after
-    each program instance.
+    each program instance. ``max_steps`` is the work budget (``limits.MAX_STEPS``): a run that
+    would need more steps (program instances, loop trips, statements) stops with TLRuntimeError.
     """
     declared = {p.name for k in program.kernels for p in k.params}
     unknown = sorted(set(params or {}) - declared)
     if unknown:
         raise TLRuntimeError(f"parameter {unknown[0]!r} is not declared by the program", where=Position(1, 1, file), hint="parameters: " + ", ".join(sorted(declared)))
     tensors = dict(tensors)
-    result = RunResult(tensors)
+    result = RunResult(tensors, max_steps=max_steps)
     tensor_dtypes: dict[str, str] = {}
     for kernel in program.kernels:
         dtypes = kernel.dtype_map()

@@ -7,11 +7,15 @@ import math
 from importlib import resources
 from typing import NoReturn
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from ..errors import AttnforgeError, Position, TLSyntaxError
+from ..errors import AttnforgeError, Position, TLSyntaxError, shorten
 from . import nodes as n
+from .limits import MAX_EXPR_DEPTH, MAX_LOOP_DEPTH, MAX_SOURCE_BYTES
+
+# Sizes are far below 10**100; a longer literal is a mistake (and Python's int() refuses 4300+ digits).
+MAX_INT_DIGITS = 100
 
 # Operations `Compute NAME args` accepts, with their arity (None: one or more).
 ELEMENTWISE_OPS: dict[str, int] = {
@@ -30,6 +34,11 @@ FUNCTIONS: dict[str, int] = {
 def _lark() -> Lark:
     grammar = resources.files("attnforge.tl").joinpath("grammar.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="contextual", start=["program", "expr_only"], propagate_positions=True, maybe_placeholders=True)
+
+
+def _echo(tok: object) -> str:
+    """A token quoted for a message, shortened: a name may be 100 KB long."""
+    return shorten(repr(str(tok)), 80)
 
 
 def _at(meta_or_tok) -> dict:
@@ -51,13 +60,15 @@ class _Build(Transformer):
     # -- expressions
     @v_args(meta=True)
     def int_lit(self, meta, items):
+        if len(items[0]) > MAX_INT_DIGITS:
+            self._fail(items[0], f"integer literal of {len(items[0])} digits is too long", f"write at most {MAX_INT_DIGITS} digits")
         return n.Num(int(items[0]), **_at(meta))
 
     @v_args(meta=True)
     def float_lit(self, meta, items):
         value = float(items[0])
         if not math.isfinite(value):
-            self._fail(items[0], f"number {str(items[0])!r} is too large for a float", "write inf for infinity, or a smaller number")
+            self._fail(items[0], f"number {_echo(items[0])} is too large for a float", "write inf for infinity, or a smaller number")
         return n.Num(value, **_at(meta))
 
     @v_args(meta=True)
@@ -68,7 +79,7 @@ class _Build(Transformer):
     def call(self, meta, items):
         func, args = items[0], tuple(items[1] or ())
         if func not in FUNCTIONS:
-            self._fail(func, f"unknown function {str(func)!r}", "functions: " + ", ".join(sorted(FUNCTIONS)))
+            self._fail(func, f"unknown function {_echo(func)}", "functions: " + ", ".join(sorted(FUNCTIONS)))
         if len(args) != FUNCTIONS[func]:
             self._fail(func, f"{func}() takes {FUNCTIONS[func]} argument(s), got {len(args)}", f"write {func}({', '.join(['x', 'y', 'z'][:FUNCTIONS[func]])})")
         return n.Call(str(func), args, **_at(meta))
@@ -200,7 +211,7 @@ class _Build(Transformer):
     def elementwise(self, meta, items):
         op, *args, get = items
         if op not in ELEMENTWISE_OPS:
-            self._fail(op, f"unknown Compute operation {str(op)!r}", "operations: GEMM, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, " + ", ".join(ELEMENTWISE_OPS))
+            self._fail(op, f"unknown Compute operation {_echo(op)}", "operations: GEMM, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, " + ", ".join(ELEMENTWISE_OPS))
         if len(args) != ELEMENTWISE_OPS[op]:
             self._fail(op, f"Compute {op} takes {ELEMENTWISE_OPS[op]} operand(s), got {len(args)}", "see docs/TL.md for each operation's operands")
         if get is None and not isinstance(args[0], n.Name):
@@ -241,7 +252,7 @@ class _Build(Transformer):
         name, src, dst = (str(t) for t in items)
         for tok, layout in ((items[1], src), (items[2], dst)):
             if layout not in n.LAYOUTS:
-                self._fail(tok, f"unknown layout {layout!r}", "layouts: " + ", ".join(n.LAYOUTS))
+                self._fail(tok, f"unknown layout {_echo(layout)}", "layouts: " + ", ".join(n.LAYOUTS))
         return n.Reshape(name, src, dst, **_at(meta))
 
     def pipeline(self, items):
@@ -299,9 +310,9 @@ def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntax
         return TLSyntaxError(f"unexpected character {bad!r}", where=Position(line, col, file), text=bad, expected=expected)
     if isinstance(err, UnexpectedToken):
         tok = err.token
-        shown = "end of line" if tok.type == "_NL" else ("end of file" if tok.type == "$END" else repr(str(tok)))
+        shown = "end of line" if tok.type == "_NL" else ("end of file" if tok.type == "$END" else _echo(tok))
         expected = tuple(sorted({_readable(t) for t in err.expected}))
-        return TLSyntaxError(f"unexpected {shown}", where=Position(line, col, file), text=str(tok), expected=expected)
+        return TLSyntaxError(f"unexpected {shown}", where=Position(line, col, file), text=shorten(str(tok)), expected=expected)
     if isinstance(err, UnexpectedEOF):
         expected = tuple(sorted({_readable(t) for t in err.expected}))
         return TLSyntaxError("unexpected end of file", where=Position(line, col, file), expected=expected)
@@ -325,18 +336,57 @@ def _run(text: str, start: str, file: str | None):
         i = text.index("\x00")
         line = text.count("\n", 0, i) + 1
         raise TLSyntaxError("NUL character in source", where=Position(line, i - (text.rfind("\n", 0, i) + 1) + 1, file), text="\\x00")
+    if len(text) > MAX_SOURCE_BYTES:
+        raise TLSyntaxError(f"the source has {len(text):,} characters; TL takes at most {MAX_SOURCE_BYTES:,}", where=Position(1, 1, file),
+                            hint="a TL program is a few kilobytes, an expression one line")
     source = text if text.endswith("\n") else text + "\n"
     try:
-        tree = _lark().parse(source, start=start)
+        tree = _lark().parse(source, start=start)  # LALR: iterative, so any nesting parses
+        _check_nesting(tree, file)  # the transformer and every later walk recurse
         return _Build(file).transform(tree)
     except VisitError as err:
         if isinstance(err.orig_exc, AttnforgeError):
             raise err.orig_exc from None
-        raise TLSyntaxError(f"cannot build the syntax tree: {err.orig_exc}", where=Position(1, 1, file)) from None
+        raise TLSyntaxError(shorten(f"cannot build the syntax tree: {err.orig_exc}", 300), where=Position(1, 1, file)) from None
     except UnexpectedInput as err:
         raise _syntax_error(err, source, file) from None
-    except (LarkError, RecursionError, ValueError, OverflowError) as err:
-        raise TLSyntaxError(f"cannot parse: {type(err).__name__}: {err}"[:300], where=Position(1, 1, file)) from None
+    except RecursionError:
+        raise TLSyntaxError("the text is nested too deeply to parse", where=Position(1, 1, file),
+                            hint=f"expressions nest at most {MAX_EXPR_DEPTH} levels, loops {MAX_LOOP_DEPTH}") from None
+    except (LarkError, ValueError, OverflowError) as err:
+        raise TLSyntaxError(shorten(f"cannot parse: {type(err).__name__}: {err}", 300), where=Position(1, 1, file)) from None
+
+
+# Tree nodes that nest an expression one level deeper (leaves and argument lists do not).
+_NESTING_RULES = frozenset({"or_op", "and_op", "not_op", "compare", "binop", "neg", "call", "index"})
+
+
+def _check_nesting(tree: Tree, file: str | None) -> None:
+    """Refuse expressions nested more than MAX_EXPR_DEPTH levels and loops more than MAX_LOOP_DEPTH,
+    walking lark's tree without recursion. A chain ``a + b + c`` nests one level per operator.
+    The error points at the start of the outermost expression (or loop) that is too deep."""
+    stack: list[tuple[Tree, int, int, Tree | None, Tree | None]] = [(tree, 0, 0, None, None)]  # node, depth, loops, expr root, outer loop
+    while stack:
+        node, depth, loops, root, outer = stack.pop()
+        if node.data == "loop":
+            loops, outer = loops + 1, outer or node
+            if loops > MAX_LOOP_DEPTH:
+                raise TLSyntaxError(f"loops nested more than {MAX_LOOP_DEPTH} deep", where=_tree_position(outer, file),
+                                    hint=f"at most {MAX_LOOP_DEPTH} 'for' loops may enclose one another")
+        if node.data in _NESTING_RULES:
+            depth, root = depth + 1, root or node
+            if depth > MAX_EXPR_DEPTH:
+                raise TLSyntaxError(f"expression nested more than {MAX_EXPR_DEPTH} levels deep (each operator of a chain "
+                                    "such as a + b + c, each unary sign, 'not' and call is a level)", where=_tree_position(root, file),
+                                    hint=f"write a shorter expression: at most {MAX_EXPR_DEPTH} levels")
+        elif node.data != "exprlist":  # a statement, a shape or a header line: a new expression starts below
+            depth, root = 0, None
+        stack.extend((child, depth, loops, root, outer) for child in node.children if isinstance(child, Tree))
+
+
+def _tree_position(node: Tree, file: str | None) -> Position:
+    meta = node.meta
+    return Position(getattr(meta, "line", 1) or 1, getattr(meta, "column", 1) or 1, file)
 
 
 def parse(text: str, file: str | None = None) -> n.Program:

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import inspect
 import math
+import numbers
 import sys
 import warnings
 from pathlib import Path
@@ -19,8 +20,10 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ...errors import AttnforgeError, LaunchError
+from ...abi import ARG_SHAPES, RUNTIME_SCALARS
+from ...errors import AttnforgeError, CompileError, LaunchError
 from .interpreter import KNOB_LOCK, interpreting
+from .runtime import check_arguments
 
 
 def gpu_available() -> bool:
@@ -64,6 +67,9 @@ class GeneratedKernel:
                     spec.loader.exec_module(module)
         except SyntaxError as err:
             raise AttnforgeError(f"generated module does not parse: {err}", where=f"{self.path}:{err.lineno}", hint="regenerate it; report a translator bug if it persists") from err
+        except Exception as err:  # the module's own top-level code failed: its text, not attnforge, is at fault
+            raise CompileError(f"the kernel module fails to import: {type(err).__name__}: {err}"[:500], where=str(self.path),
+                               hint="regenerate it; if it was edited by hand, undo the edit") from err
         sys.modules[name] = module
         return module
 
@@ -78,6 +84,11 @@ class GeneratedKernel:
         missing = sorted(takes - set(kwargs))
         if missing:
             raise LaunchError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
+        tensors = dict(q=q, k=k, v=v, o=o, lse=lse, **{n: t for n, t in kwargs.items() if n in ARG_SHAPES})
+        self._check_tensors(tensors)
+        _check_scalars({n: x for n, x in kwargs.items() if n not in ARG_SHAPES})
+        # The module's launcher checks again; this check comes first so that it never unpacks a bad shape.
+        check_arguments({n: t for n, t in tensors.items() if n in self.dtypes}, self.head_dim, self.head_dim_v, self.dtypes)
         if self.interpret:
             # numpy warns on the inf/nan the kernel computes on purpose (masked scores, empty rows),
             # and Triton's interpreter on its own use of numpy (__index__ of 1-element arrays).
@@ -87,11 +98,41 @@ class GeneratedKernel:
         else:
             self.module.launch(q, k, v, o, lse, **kwargs)
 
+    def _check_tensors(self, tensors: dict[str, object]) -> None:
+        """Each argument a torch tensor with the ABI's number of dims, on this kernel's device:
+        what the launcher assumes before its own checks (``runtime.check_arguments``) run."""
+        where = "cpu (Triton's interpreter)" if self.interpret else "a CUDA GPU"
+        for name, t in tensors.items():
+            dims = ARG_SHAPES[name]
+            shape = f"({', '.join(dims)})"
+            if not isinstance(t, torch.Tensor):
+                raise LaunchError(f"{name} is a {type(t).__name__}, not a torch.Tensor; this kernel takes {name} of shape {shape}", where=name,
+                                  hint="pass torch tensors")
+            if t.dim() != len(dims):
+                hint = ("BHSD-indexed: (batch, heads, seq, head_dim); add a batch dim with .unsqueeze(0), "
+                        "or pass (B, S, H, D) tensors as t.transpose(1, 2)") if len(dims) == 4 else f"shape {shape}"
+                raise LaunchError(f"{name} has shape {tuple(t.shape)} ({t.dim()}-d); this kernel takes {name} of shape {shape}", where=name, hint=hint)
+            if t.device.type != self.device:
+                raise LaunchError(f"{name} is on {t.device}; this kernel runs on {where}", where=name,
+                                  hint=f"move the tensors with .to('{self.device}')" + ("" if self.interpret else ", or load the kernel with interpret=True for CPU tensors"))
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
         """O (B, Hq, Sq, Dv) and the log-sum-exp (B, Hq, Sq, fp32) for BHSD-indexed q, k, v."""
+        self._check_tensors(dict(q=q, k=k, v=v))
         B, Hq, Sq, _ = q.shape
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         o = torch.empty((B, Hq, Sq, v.shape[-1]), dtype=self.dtypes.get("o", q.dtype), device=q.device)
         lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
         self.launch(q, k, v, o, lse, scale=scale, **scalars)
         return o, lse
+
+
+def _check_scalars(scalars: dict[str, object]) -> None:
+    """Runtime scalars of the right kind: finite real numbers, integers for window sizes."""
+    for name, value in scalars.items():
+        kind = RUNTIME_SCALARS[name].kind if name in RUNTIME_SCALARS else "float"
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise LaunchError(f"{name} = {value!r} is not an integer", where=name, hint=f"{name} is {RUNTIME_SCALARS[name].meaning}: an int >= 0")
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise LaunchError(f"{name} = {value!r} is not a finite number", where=name, hint="pass a Python float")

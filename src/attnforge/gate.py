@@ -1,0 +1,98 @@
+"""The whole gate, re-run on a kernel directory written by ``attnforge generate``.
+
+After a hand edit, or for a kernel someone (or an LLM) wrote: the directory's TL program is
+checked for the target and judged against the spec (claims, then numbers in float64), and its
+kernel source is loaded and verified against the spec's reference (natively where a GPU can run
+it, else in the interpreter). The spec and target come from the directory's report.json unless
+given. ``attnforge verify DIR`` and ``attnforge selftest`` both use ``verify_directory``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .backends import backend_for_directory
+from .errors import AttnforgeError, TLCheckError
+from .judge import JudgeError, interpret_against_spec, interpret_shapes
+from .report import KERNEL_TL
+from .spec import AttentionSpec
+from .targets import Target, get_target
+from .tl.checker import check
+from .tl.harness import RunReport
+from .tl.parser import parse
+from .verify import CaseResult, VerifyRecord, verify
+
+
+@dataclass
+class DirectoryVerdict:
+    directory: Path
+    spec: AttentionSpec
+    target: Target
+    step: str = "check"  # the last step reached: check, interpret, verify
+    interpret: list[RunReport] = field(default_factory=list)
+    verification: VerifyRecord | None = None
+    error: str | None = None  # why the gate refused, when it did
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.verification is not None and self.verification.passed
+
+
+def _from_report(directory: Path) -> dict:
+    path = directory / "report.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise AttnforgeError(f"{path} is not a readable report: {err}", where=str(path),
+                             hint="give the spec and target on the command line (--spec FILE or spec flags, --target)") from None
+
+
+def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None, target: Target | None = None,
+                     interpret: bool | None = None, progress: Callable[[int, int, CaseResult], None] | None = None,
+                     fail_fast: bool = False) -> DirectoryVerdict:
+    """Check, judge and verify the kernel in ``directory``; never raises for what the gate
+    refuses (see ``verdict.error`` and ``verdict.step``), only for a directory it cannot read.
+    ``fail_fast``: stop verifying at the first failing case."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise AttnforgeError(f"no such kernel directory: {directory}", where=str(directory), hint="give a directory 'attnforge generate --out DIR' wrote")
+    report = _from_report(directory)
+    if spec is None:
+        if "spec" not in report:
+            raise AttnforgeError(f"{directory} has no report.json with the spec", where=str(directory), hint="give the spec: --spec FILE or spec flags")
+        spec = AttentionSpec.from_dict(report["spec"])
+    if target is None:
+        if "target" not in report:
+            raise AttnforgeError(f"{directory} has no report.json naming the target", where=str(directory), hint="give --target NAME")
+        target = get_target(report["target"]["name"])
+    backend = backend_for_directory(directory)
+    tl_path = directory / KERNEL_TL
+    if not tl_path.is_file():
+        raise AttnforgeError(f"{directory} has no {KERNEL_TL}", where=str(directory), hint="the gate judges the TL program the kernel was translated from")
+    verdict = DirectoryVerdict(directory, spec, target)
+    try:
+        program = parse(tl_path.read_text(), file=str(tl_path))
+        result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=str(tl_path))
+        if not result.ok:
+            raise TLCheckError(result.errors, file=str(tl_path))
+        params = {p.name: p.value for k in program.kernels for p in k.params}
+        verdict.step = "interpret"
+        verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params), file=str(tl_path))
+        verdict.step = "verify"
+        kernel = backend.load(directory / backend.source_file, interpret=interpret)
+        verdict.verification = verify(kernel, spec, params, target=target, progress=progress, fail_fast=fail_fast)
+    except JudgeError as err:
+        verdict.interpret = err.reports
+        verdict.error = err.render()
+    except AttnforgeError as err:  # a program that does not parse or check, a module that does not load
+        verdict.error = err.render()
+    if verdict.verification is not None and not verdict.verification.passed:
+        bad = [c for c in verdict.verification.cases if not c.passed]
+        ran = len(verdict.verification.cases)
+        verdict.error = f"{len(bad)} of {ran} case(s) run fail{' (stopped at the first)' if fail_fast else ''}; first: {bad[0].shape}: {bad[0].error or bad[0].worst}"
+    return verdict

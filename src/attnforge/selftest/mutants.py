@@ -1,0 +1,119 @@
+"""The planted bugs the gate must catch: each is one edit of a planned TL program or of its
+generated kernel, written as the text it replaces and the text it puts in its place.
+
+A mutant that does not change what is computed is *equivalent*: it says so, with the reason,
+and the suite expects it to survive. Every other mutant must be killed by some step of the gate
+(the TL checker, the judge against the spec, the compiler, or kernel verification).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import AttnforgeError
+from ..spec import AttentionSpec
+
+# The specs the mutants are planted in, with the target each is planned for (h100 plans TMA
+# loads and the causal loop split; a100 plans pointer loads), kept small for the interpreter.
+SPECS: dict[str, tuple[AttentionSpec, str]] = {
+    "causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", causal=True), "h100"),
+    "window": (AttentionSpec(heads=2, head_dim=32, dtype="fp16", window_left=20, window_right=9), "a100"),
+    "alibi": (AttentionSpec(heads=4, head_dim=32, dtype="fp16", causal=True, causal_align="top_left", alibi_slopes="auto", softcap=5.0), "a100"),
+    "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    spec: str  # a key of SPECS
+    where: str  # "tl" (kernel.tl, put through every gate) or "kernel" (the generated source, verified)
+    old: str  # a regular expression that must match exactly once in that text
+    new: str  # its replacement (re.sub syntax)
+    what: str  # the bug, in words
+    equivalent: str | None = None  # why it computes the same thing, for a mutant that should survive
+    every: bool = False  # edit every match (at least one), not exactly one
+
+    def apply(self, text: str) -> str:
+        found = len(re.findall(self.old, text, flags=re.MULTILINE))
+        if found != 1 and not (self.every and found):
+            raise AttnforgeError(f"mutant {self.name}: its pattern matches {found} times, not {'at least ' if self.every else ''}once", where=f"selftest {self.name}",
+                                 hint="the planner's or translator's output changed: update the mutant's pattern in attnforge/selftest/mutants.py")
+        return re.sub(self.old, self.new, text, flags=re.MULTILINE)
+
+
+_SPLIT = r"min\(Sk // BN, max\(0, m \* BM \+ Sk - Sq \+ 1\) // BN\)"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # ---- TL programs: loop bounds and masks
+    Mutant("kv_loop_end_minus_one", "causal", "tl", r"(: cdiv\(max\(0, min\(Sk, \(m \+ 1\) \* BM \+ Sk - Sq\)\), BN\)) pipeline",
+           r"\1 - 1 pipeline", "the masked K/V loop stops one tile early"),
+    Mutant("causal_mask_off_by_one", "causal", "tl", r"kv_idx <= q_idx \+ Sk - Sq$", "kv_idx < q_idx + Sk - Sq",
+           "the causal mask hides the diagonal key"),
+    Mutant("causal_alignment_swapped", "causal", "tl", r"kv_idx <= q_idx \+ Sk - Sq$", "kv_idx <= q_idx",
+           "the causal mask is aligned top-left where the spec says bottom-right"),
+    Mutant("causal_split_plus_one", "causal", "tl", f"for j = 0 : {_SPLIT} pipeline(.*\\n(?:    .*\\n)*end\\nfor j = ){_SPLIT}",
+           r"for j = 0 : min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) + 1 pipeline\1min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) + 1",
+           "the unmasked loop runs into the diagonal tile"),
+    Mutant("causal_split_minus_one", "causal", "tl", f"for j = 0 : {_SPLIT} pipeline(.*\\n(?:    .*\\n)*end\\nfor j = ){_SPLIT}",
+           r"for j = 0 : max(0, min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) - 1) pipeline\1max(0, min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) - 1)",
+           "the masked loop starts one tile earlier",
+           equivalent="the extra tile goes through the masked loop, whose Mask keeps every key of a whole tile: only speed changes"),
+    Mutant("window_left_off_by_one", "window", "tl", r"kv_idx >= q_idx \+ Sk - Sq - window_left", "kv_idx > q_idx + Sk - Sq - window_left",
+           "the window hides its leftmost key"),
+    Mutant("window_right_off_by_one", "window", "tl", r"kv_idx <= q_idx \+ Sk - Sq \+ window_right$", "kv_idx < q_idx + Sk - Sq + window_right",
+           "the window hides its rightmost key"),
+    Mutant("window_loop_start_plus_one", "window", "tl", r"for j = (max\(0, m \* BM \+ Sk - Sq - window_left\) // BN) :",
+           r"for j = \1 + 1 :", "the K/V loop skips the first tile the window reaches"),
+    Mutant("gqa_map_changed", "causal", "tl", r"at k\[b, h // \(Hq // Hkv\)\]", "at k[b, h % Hkv]",
+           "query head h reads key head h % Hkv instead of h // (Hq // Hkv)"),
+    # ---- TL programs: the online softmax and its epilogue
+    Mutant("rescale_dropped", "causal", "tl", r"(Compute OnlineSoftmax S state m_i, l_i) rescale O_acc (and get P)\n(?=    Compute Cast P to qkv\n    Reshape P from mma_c to mma_a\n    Copy V \(BN, Dv\) at \[j, 0\] from global to shared Vs\n    Copy Vs from shared to register Vr\n    Compute GEMM P, Vr and accumulate O_acc\nend\nCompute)",
+           r"\1 \2\n", "the accumulator is not rescaled when the running max grows (masked loop)"),
+    Mutant("normalize_dropped", "causal", "tl", r"Compute Normalize O_acc by l_i and get O_r", "Compute Multiply O_acc, 1.0 and get O_r",
+           "O is not divided by the softmax sum"),
+    Mutant("lse_not_stored", "causal", "tl", r"^Copy lse_r \(BM\) at \[m\] from register to global LSE\n", "",
+           "the log-sum-exp is never written"),
+    Mutant("exp2_scaling", "causal", "tl", r"^(    Compute Multiply S, scale)\n(    Compute Mask)", r"\1 * 1.4426950408889634\n\2",
+           "scores scaled by log2(e) as for an exp2 softmax, but exponentiated with exp"),
+    Mutant("accumulator_in_bf16", "causal", "tl", r"Allocate O_acc in register \(BM, Dv\) : acc = 0", "Allocate O_acc in register (BM, Dv) : qkv = 0",
+           "O is accumulated in bf16 instead of fp32"),
+    # ---- TL programs: score modifiers
+    Mutant("alibi_sign_flipped", "alibi", "tl", r"ScoreMod S with score - alibi_slopes", "ScoreMod S with score + alibi_slopes",
+           "the ALiBi bias is added instead of subtracted", every=True),
+    Mutant("softcap_dropped", "alibi", "tl", r"^    Compute ScoreMod S with softcap \* tanh\(score / softcap\)\n", "",
+           "the softcap is never applied", every=True),
+    Mutant("top_left_as_bottom_right", "alibi", "tl", r"kv_idx <= q_idx$", "kv_idx <= q_idx + Sk - Sq",
+           "a top-left causal mask aligned bottom-right"),
+    # ---- TL programs: split-KV decode
+    Mutant("decode_combine_weights_dropped", "decode", "tl", r"Compute Multiply o_s, w and get o_w", "Compute Multiply o_s, 1.0 and get o_w",
+           "the combine kernel adds the partial outputs without their softmax weights"),
+    Mutant("decode_split_start_plus_one", "decode", "tl", r"for j = 0 \+ s \* (cdiv\(max\(0, cdiv\(Sk, BN\) - 0\), NSPLIT\)) :",
+           r"for j = 0 + s * \1 + 1 :", "each split skips its first K/V tile"),
+    Mutant("decode_combine_normalize_dropped", "decode", "tl", r"(lse_s\n(?:.*\n)*?end\n)Compute Normalize O_acc by l_i and get O_r",
+           r"\1Compute Multiply O_acc, 1.0 and get O_r", "the combine kernel does not divide by the merged softmax sum"),
+    # ---- generated kernels
+    Mutant("running_max_not_subtracted", "causal", "kernel", r"(?s)(.*)P = tl\.exp\(S - m_i_safe\[:, None\]\)", r"\1P = tl.exp(S)",
+           "the masked loop exponentiates scores without subtracting the running max"),
+    Mutant("exp2_for_exp", "causal", "kernel", r"(?s)(.*)P = tl\.exp\(S - m_i_safe\[:, None\]\)", r"\1P = tl.exp2(S - m_i_safe[:, None])",
+           "exp2 where the softmax needs exp (masked loop)"),
+    Mutant("lse_without_max", "causal", "kernel", r"lse_r = tl\.where\(l_i > 0, m_i \+ tl\.log\(l_i\)", "lse_r = tl.where(l_i > 0, tl.log(l_i)",
+           "the log-sum-exp leaves out the running max"),
+    Mutant("empty_row_guard_dropped", "window", "kernel", r'm_i_safe = tl\.where\(m_i_new == float\("-inf"\), 0\.0, m_i_new\)',
+           "m_i_safe = m_i_new", "a row that has seen no key yet computes exp(-inf + inf) = NaN"),
+    Mutant("o_strides_swapped", "window", "kernel", r"(O_rows\[:, None\] \* )stride_o2( \+ O_cols\[None, :\] \* )stride_o3", r"\1stride_o3\2stride_o2",
+           "O is written transposed (its row and column strides swapped)"),
+    Mutant("rows_past_sq_written", "window", "kernel", r"tl\.store\(O \+ (.*), mask=\(O_rows < Sq\)\[:, None\]\)", r"tl.store(O + \1)",
+           "the O store is not masked at Sq: rows past the end are written"),
+    Mutant("last_16_rows_dropped", "causal", "kernel", r"mask=\(O_rows < Sq\)\[:, None\]\)", "mask=(O_rows < Sq - 16)[:, None])",
+           "the last 16 rows of O are never written"),
+    Mutant("accumulator_rounded_to_bf16", "causal", "kernel", r"O_acc = tl\.dot\(P, Vr, O_acc\)", "O_acc = tl.dot(P, Vr, O_acc).to(tl.bfloat16).to(tl.float32)",
+           "O_acc is rounded to bf16 after every K/V tile (a 16-bit accumulator)", every=True),
+    Mutant("tma_box_wrong", "causal", "kernel", r'k_desc = tma_descriptor\(k, "k", \[1, 1, (\d+), (\d+)\]\)',
+           r'k_desc = tma_descriptor(k, "k", [1, 1, \1 // 2, \2])', "the K descriptor's box is half a tile"),
+)
+
+
+def specs_used() -> list[str]:
+    return sorted({m.spec for m in MUTANTS})

@@ -1,0 +1,132 @@
+"""The verification gate judges against the spec, row by row, and says exactly what ran.
+
+The cases here are the issue's: a program whose mask and claim were deleted, per-row bounds that
+catch a 16-bit accumulator and a few zeroed rows, `generate --tl`, `attnforge verify DIR` on an
+edited module, and the status line of a report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnforge import AttentionSpec, get_target
+from attnforge.cli import main
+from attnforge.generate import generate
+from attnforge.judge import claim_findings
+from attnforge.numerics import o_row_bound, worst_row
+from attnforge.reference import attention_reference
+from attnforge.tl import catalog
+from attnforge.tl.parser import parse
+
+CAUSAL = AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", causal=True)
+SHIPPED = catalog.source("gqa_causal_fwd")
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _generate(tmp_path: Path, tl: str, capsys, *extra: str) -> tuple[int, str]:
+    code = main(["generate", "--target", "h100", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "bf16", "--causal",
+                 "--tl", tl, "--out", str(tmp_path / "out"), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_generate_tl_accepts_the_shipped_causal_program(tmp_path, capsys):
+    code, out = _generate(tmp_path, _write(tmp_path, "gqa.tl", SHIPPED), capsys)
+    assert code == 0, out
+    assert "interpret: 2 shape(s) exact in float64 against the spec" in out
+    assert "verified in the interpreter on the CPU" in out
+
+
+def test_generate_tl_refuses_a_program_without_the_mask_and_its_claim(tmp_path, capsys):
+    text = "\n".join(line for line in SHIPPED.splitlines() if not line.startswith("computes") and "Compute Mask" not in line) + "\n"
+    code, out = _generate(tmp_path, _write(tmp_path, "nomask.tl", text), capsys, "--no-verify")
+    assert code == 1
+    assert re.search(r"FAIL interpret failed: .*nomask\.tl:\d+:\d+: TL601: the spec asks for causal = bottom_right.*mask", out), out
+
+
+def test_generate_tl_refuses_a_claim_no_statement_implements(tmp_path, capsys):
+    text = "\n".join(line for line in SHIPPED.splitlines() if "Compute Mask" not in line) + "\n"
+    code, out = _generate(tmp_path, _write(tmp_path, "nomask.tl", text), capsys, "--no-verify")
+    assert code == 1
+    assert "TL606: gqa_causal_fwd claims causal but has no Compute Mask statement" in out
+
+
+@pytest.mark.parametrize("spec_fields, code", [
+    (dict(causal=True, causal_align="top_left"), "TL603"),  # claimed bottom-right
+    (dict(causal=True, softcap=5.0), "TL601"),  # softcap asked for, not computed
+    (dict(causal=False), "TL602"),  # causal computed, not asked for
+    (dict(causal=True, dtype="fp16"), "TL604"),
+])
+def test_claims_are_compared_with_the_spec(spec_fields, code):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=32, **{"dtype": "bf16", **spec_fields})
+    codes = {f.code for f in claim_findings(parse(SHIPPED), spec)}
+    assert code in codes
+
+
+def test_shipped_program_has_no_claim_findings_for_its_spec():
+    assert claim_findings(parse(SHIPPED), CAUSAL) == []
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    from attnforge.dtypes import round_to
+    return round_to(x, "bf16")
+
+
+def test_row_bound_catches_zeroed_rows_and_a_bf16_accumulator():
+    """A 1 x 2 x 512 x 2048 causal bf16 case: the exact result passes, 16 zeroed rows of one head
+    fail, and so does an accumulator rounded to bf16 after every 64-key tile."""
+    rng = np.random.default_rng(0)
+    q, k, v = (_bf16(rng.standard_normal(s)) for s in ((1, 2, 512, 64), (1, 2, 2048, 64), (1, 2, 2048, 64)))
+    o, lse, p, l = attention_reference(q, k, v, causal=True, weights=True)
+    score_err = np.zeros(lse.shape)
+    bound = o_row_bound(p, l, v, o, score_err, "bf16", "bf16")
+    # what a correct kernel does: P rounded to bf16 for the GEMM, O rounded at the end
+    good = _bf16(np.einsum("bhqk,bhkd->bhqd", _bf16(p * l[..., None]), v) / l[..., None])
+    assert worst_row(np.linalg.norm(good - o, axis=-1), bound)[1] <= 1.0
+    zeroed = good.copy()
+    zeroed[0, 1, -16:] = 0.0
+    index, ratio = worst_row(np.linalg.norm(zeroed - o, axis=-1), bound)
+    assert ratio > 1.0 and index[:2] == (0, 1) and index[2] >= 512 - 16
+    acc = np.zeros_like(o)
+    pl = _bf16(p * l[..., None])
+    for j in range(0, 2048, 64):  # bf16 accumulator: rounded after each K/V tile
+        acc = _bf16(acc + np.einsum("bhqk,bhkd->bhqd", pl[..., j:j + 64], v[:, :, j:j + 64]))
+    sixteen_bit = _bf16(acc / l[..., None])
+    assert worst_row(np.linalg.norm(sixteen_bit - o, axis=-1), bound)[1] > 1.0
+
+
+def test_verify_dir_fails_when_the_module_drops_the_last_kv_tile(tmp_path, capsys):
+    out = tmp_path / "k"
+    assert main(["generate", "--target", "h100", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "bf16",
+                 "--causal", "--no-verify", "--out", str(out)]) == 3
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    assert "verified in the interpreter" in capsys.readouterr().out
+    module = out / "kernel_triton.py"
+    text = module.read_text()
+    last_loop = re.findall(r"for j in tl\.range\((.*), num_stages=\d+\):", text)[-1]
+    stop = last_loop.rsplit(", tl.cdiv(", 1)
+    assert len(stop) == 2
+    module.write_text(text.replace(last_loop, f"{stop[0]}, tl.cdiv({stop[1]} - 1", 1))
+    assert main(["verify", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert re.search(r"FAILED at verify: \d+ of \d+ case\(s\) run fail; first: .*O at b=\d+ h=\d+ row=\d+", said), said
+
+
+def test_report_says_how_it_was_verified(tmp_path):
+    result = generate(CAUSAL, get_target("a100"), tmp_path)
+    assert result.verified, result.error
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verification"]["mode"] == "interpreter"
+    assert report["status"] == "verified in the interpreter on the CPU; the code compiled for a100 (sm_80) was not run"
+    assert "- status: **verified in the interpreter" in (tmp_path / "report.md").read_text()
+    assert all(c["o_ratio"] <= 1.0 for c in report["verification"]["cases"])
