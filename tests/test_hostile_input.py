@@ -351,3 +351,13 @@ def test_the_deepest_expression_accepted_goes_through_every_tool() -> None:
         assert "Mask" in translate(specialize(program, params={"BM": 16, "BN": 16}), head_dim=64, head_dim_v=64).source
     finally:
         sys.setrecursionlimit(limit)
+
+
+@pytest.mark.parametrize("argv", [("targets", "--json"), ("tl", "library", "lib:gqa_fwd"), ("tl", "check", "lib:gqa_causal_fwd", "--json")])
+def test_a_reader_that_goes_away_is_no_traceback(argv) -> None:
+    """`attnforge ... | head -1`: the pipe closes before the command writes; it stops with the
+    shell's code for SIGPIPE and says nothing."""
+    proc = subprocess.Popen([sys.executable, "-m", "attnforge.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the command has even imported attnforge
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]

@@ -132,3 +132,34 @@ def test_summary_lists_the_files_there_and_every_compile_time(tmp_path, capsys, 
     report = json.loads((out / "report.json").read_text())
     assert report["rejected_compile_seconds"] > 0 and report["total_seconds"] >= report["rejected_compile_seconds"]
     assert "did not fit" in (out / "report.md").read_text()
+
+
+def test_without_an_atomic_exchange_the_earlier_output_is_still_replaced_whole(tmp_path, monkeypatch):
+    from attnforge import outdir
+
+    out = tmp_path / "out"
+    assert generate(AttentionSpec(heads=2, head_dim=16, dtype="bf16"), get_target("h100"), out, run_verification=False).ok
+    monkeypatch.setattr(outdir, "_exchange", lambda a, b: False)  # a file system without renameat2(RENAME_EXCHANGE)
+    assert generate(AttentionSpec(heads=2, head_dim=16, dtype="fp16"), get_target("h100"), out, run_verification=False).ok
+    assert assert_one_run(out)["spec"]["dtype"] == "fp16"
+    assert no_leftovers(tmp_path) == []
+
+
+def test_an_out_that_became_something_else_during_the_run_is_not_replaced(tmp_path, monkeypatch):
+    """Somebody else's files appear at --out while the run works: the run is kept aside, named."""
+    from attnforge import outdir
+    from attnforge.errors import OutputError
+
+    out = tmp_path / "out"
+    real = outdir.publish
+
+    def someone_writes_there_first(work, final):
+        final.mkdir()
+        (final / "thesis.tex").write_text("x")
+        real(work, final)
+    monkeypatch.setattr(outdir, "publish", someone_writes_there_first)
+    with pytest.raises(OutputError, match="not attnforge output") as err:
+        generate(AttentionSpec(heads=2, head_dim=16, dtype="fp16"), get_target("h100"), out, run_verification=False)
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+    kept = Path(err.value.hint.split("kept in ", 1)[1])
+    assert kept.parent == tmp_path and (kept / "report.json").is_file()

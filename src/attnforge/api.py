@@ -10,9 +10,11 @@ sees keys j <= i + Sk - Sq, FlashAttention's and KV-cache decode's convention); 
 A row that sees no key gives O = 0 and log-sum-exp -inf (SDPA gives NaN).
 
 The first call for a new kind of operator generates, compiles and verifies a kernel and caches
-it on disk (``attnforge.cache``); later calls, in this process or others, load it. The call is a
-``torch.library`` custom op (``torch.ops.attnforge.attention``), so ``torch.compile`` graphs can
-hold it. Forward only: inputs that require grad raise (backward is not implemented yet).
+it on disk (``attnforge.cache``), saying so in a line on stderr with the path of its report; later
+calls, in this process or others, load it (a damaged cache entry is set aside and rebuilt, with a
+``CacheRepairWarning``). The call is a ``torch.library`` custom op
+(``torch.ops.attnforge.attention``), so ``torch.compile`` graphs can hold it. Forward only:
+inputs that require grad raise (backward is not implemented yet).
 """
 
 from __future__ import annotations

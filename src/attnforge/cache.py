@@ -99,9 +99,9 @@ def _publish(built: Path, entry: Path, module: Path) -> None:
 
 
 def _set_aside(entry: Path, why: str) -> Path | None:
-    """Rename a damaged entry to ``damaged-KEY-TIME-PID`` beside it (kept, not deleted) and warn;
-    None when another process moved it first."""
-    aside = entry.with_name(f"damaged-{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    """Rename a damaged entry to ``damaged-KEY-TIME-PID-RANDOM`` beside it (kept, not deleted) and
+    warn; None when another process moved it first."""
+    aside = entry.with_name(f"damaged-{entry.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}")
     try:
         os.rename(entry, aside)
     except FileNotFoundError:
@@ -128,9 +128,13 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
         return module
     repaired = None
     if os.path.lexists(entry):
-        repaired = {"reason": why, "damaged_copy": None}
-        aside = _set_aside(entry, why)
-        repaired["damaged_copy"] = None if aside is None else str(aside)
+        with outdir.locked(root):  # one process sets a damaged entry aside; the others then see its rebuild or nothing
+            why = manifest.damage(entry, (backend.source_file,))
+            if why is None:
+                return module
+            if os.path.lexists(entry):
+                aside = _set_aside(entry, why)
+                repaired = {"reason": why, "damaged_copy": None if aside is None else str(aside)}
     _build(spec, target, backend, root, entry, verify=verify, tma=tma, repaired=repaired)
     return module
 
@@ -162,10 +166,11 @@ def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, en
                 tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))  # so the finally clause spares the report
             raise AttnforgeError(f"building the kernel for {spec.describe()} on {target.name} failed at step {result.failed_step}: {result.error}",
                                  where=str(kept / "report.md"), hint="the report in that directory has every step's output")
+        lines = [f"Cache entry `{entry.name}`; `{manifest.NAME}` beside this report holds the size and SHA-256 of every file."]
         if repaired is not None:
-            add_section(tmp, "cache", "Cache", {"rebuilt": repaired},
-                        [f"Rebuilt: the earlier cache entry was damaged ({repaired['reason']})"
-                         + (f"; it was set aside as `{repaired['damaged_copy']}`." if repaired["damaged_copy"] else ".")])
+            lines.append(f"Rebuilt: the earlier entry was damaged ({repaired['reason']})"
+                         + (f"; it was set aside as `{repaired['damaged_copy']}`." if repaired["damaged_copy"] else "."))
+        add_section(tmp, "cache", "Cache", {"entry": entry.name, "manifest": manifest.NAME, "rebuilt": repaired}, lines)
         manifest.write(tmp, entry.name)  # last: an entry without it is incomplete
         _publish(tmp, entry, module)
     except OSError as err:

@@ -1,7 +1,8 @@
 """The ``attnforge`` command line.
 
 Exit codes: 0 success; 1 the program or kernel was checked or run and failed; 2 bad input
-(unknown file, target, shape or flag), with a message saying what to change; 130 interrupted (Ctrl-C).
+(unknown file, target, shape or flag), with a message saying what to change; 130 interrupted (Ctrl-C);
+141 the reader of the output went away (a closed pipe).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -576,6 +578,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, not a traceback
         print("interrupted", file=sys.stderr, flush=True)
         return 130
+    except BrokenPipeError:  # the reader of the output went away (attnforge ... | head): stop quietly
+        with contextlib.suppress(OSError, ValueError):  # so that the flush at exit does not fail again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # the shell's code for SIGPIPE, as any other tool in a pipe
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def discard(work: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def locked(directory: Path) -> Iterator[None]:
     """An exclusive lock on ``directory`` (flock on the directory itself: no lock file is left)."""
     try:
         import fcntl
@@ -151,7 +151,7 @@ def publish(work: Path, out: Path) -> None:
     mixed). Raises ``OutputError`` (keeping ``work``) when ``out`` has become something else
     meanwhile, or the move fails."""
     old: Path | None = None
-    with _locked(out.parent):
+    with locked(out.parent):
         why = _replaceable(out)
         if why is not None:
             raise OutputError(f"{out} {why}, so the run was not moved there", where=str(out),

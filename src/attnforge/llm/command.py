@@ -39,7 +39,7 @@ class _LLMFlag(argparse.Action):
 
 def add_generate_llm_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``generate`` flags of the LLM path."""
-    from .stage1 import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS
+    from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS
 
     parser.set_defaults(llm_flags=[])
     g = parser.add_argument_group(

@@ -72,19 +72,11 @@ class _Recorder:
     the first one's arguments, and can switch the kernels off."""
 
     def __init__(self, module: Any):
-        from triton.runtime.jit import KernelInterface
+        from ..backends.triton.launches import module_kernels
 
         self.off = False
         self.records: dict[str, LaunchRecord] = {}
-        for name, obj in list(vars(module).items()):
-            if not isinstance(obj, KernelInterface):
-                continue
-            inner = obj
-            while isinstance(getattr(inner, "fn", None), KernelInterface):
-                inner = inner.fn
-            python_fn = getattr(inner, "fn", None)
-            if python_fn is None or "run" in vars(inner):
-                continue  # not a kernel we understand, or wrapped already (an alias of another)
+        for name, (inner, python_fn) in module_kernels(module).items():
             self._wrap(name, inner, python_fn)
 
     def _wrap(self, name: str, inner: Any, python_fn: Any) -> None:
@@ -251,11 +243,11 @@ def _module_frames(err: BaseException | None, path: Path, limit: int = 8) -> str
 
 def time_module(path: Path, spec_fields: dict) -> float:
     """The sandbox job for ``--optimize``: the median time in milliseconds of one ``launch`` on
-    the spec's own sizes, natively on the GPU (triton.testing.do_bench)."""
+    the spec's own sizes, natively on the GPU (``backends.triton.timing``)."""
     import torch
-    import triton.testing
 
     from ..backends.triton.kernel import GeneratedKernel
+    from ..backends.triton.timing import median_ms
     from ..dtypes import torch_dtype
     from ..spec import AttentionSpec
 
@@ -271,7 +263,7 @@ def time_module(path: Path, spec_fields: dict) -> float:
     scalars: dict[str, Any] = dict(spec.runtime_scalars())
     if spec.alibi_slopes is not None:
         scalars["alibi_slopes"] = torch.tensor(spec.alibi_slopes, dtype=torch.float32, device="cuda")
-    ms = float(triton.testing.do_bench(lambda: kernel.launch(q, k, v, o, lse, **scalars), warmup=25, rep=100, return_mode="median"))
+    ms = median_ms(lambda: kernel.launch(q, k, v, o, lse, **scalars))
     if not math.isfinite(ms) or ms <= 0:
         raise RuntimeError(f"the timing came out as {ms!r} ms")
     return ms

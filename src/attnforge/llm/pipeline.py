@@ -47,7 +47,7 @@ from .stage1 import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Built, write_tl
 from .stage2 import MODULE_FILE, sandbox_limits, write_kernel
 from .tl_judge import TLVerdict, judge_program
 from .tracked import Tracked
-from .transcript import FILE_NAME, Transcript
+from .transcript import Transcript
 
 MODES = ("tl", "direct", "both")
 _MARKS = {"ok": "ok  ", "fail": "FAIL", "info": "    "}
@@ -163,10 +163,10 @@ def run(options: LLMOptions, spec: AttentionSpec, target: Target, out: str | Pat
         refuse_optimize_without_gpu(options)
     say = say or (lambda _line: None)
     out = Path(out)
+    final = outdir.destination(out)  # refused before any request: a file, a directory of other files
     if client is None:
         client = open_client(options.client, base_url=options.base_url, timeout_s=options.timeout_s, retries=options.retries,
                              prices=options.prices, on_event=on_event or say)
-    final = outdir.destination(out)  # refused before any request: a file, a directory of other files
     work = outdir.start(final)
     try:
         modes = ["tl", "direct"] if options.mode == "both" else [options.mode]
@@ -227,7 +227,10 @@ class _Run:
             except AttnforgeError as err:  # the verified kernel could not be timed
                 rec.error = f"optimize: {err.render()}"
         elif self.options.mode == "both" and rec.verified and (self.timer is not None or gpu_present()):
-            rec.speed_ms = self.measure(Candidate(self.out, (self.out / MODULE_FILE).read_text()))
+            try:
+                rec.speed_ms = self.measure(Candidate(self.out, (self.out / MODULE_FILE).read_text()))
+            except AttnforgeError as err:  # the comparison goes without this time
+                self.say(f"{self.mode}: not timed: {err.render()}")
         for number, r in enumerate(rec.rounds, 1):  # one numbering across the stages
             r.number = number
         rec.budget = self.budget.summary()

@@ -14,6 +14,8 @@ from .messages import Completion, Message
 from .tracked import Tracked
 
 Say = Callable[[str], None]
+DEFAULT_MAX_ROUNDS = 4  # answers judged per stage
+DEFAULT_MAX_TOKENS = 16000  # the longest answer asked for
 
 
 @dataclass

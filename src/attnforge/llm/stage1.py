@@ -30,12 +30,9 @@ from . import prompts
 from .errors import LLMError
 from .extract import extract_code
 from .messages import Message
-from .rounds import Round, Say, ask, headline
+from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, ask, headline
 from .tl_judge import TLVerdict, judge_program, judge_sketch
 from .tracked import Tracked
-
-DEFAULT_MAX_ROUNDS = 4
-DEFAULT_MAX_TOKENS = 16000
 
 
 @dataclass

@@ -27,7 +27,7 @@ from .errors import LLMError, SandboxError, UnsafeCodeError
 from .extract import extract_code
 from .kernel_jobs import ModuleVerdict, verify_module
 from .messages import Message
-from .rounds import Round, Say, ask, headline
+from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, ask, headline
 from .sandbox import Limits, run_untrusted
 from .tracked import Tracked
 
@@ -49,7 +49,7 @@ def sandbox_limits(timeout_s: float, *, gpu: bool) -> Limits:
 
 
 def write_kernel(llm: Tracked, spec: AttentionSpec, target: Target, *, tl_source: str | None = None,
-                 params: dict[str, int] | None = None, max_rounds: int = 4, max_tokens: int = 16000,
+                 params: dict[str, int] | None = None, max_rounds: int = DEFAULT_MAX_ROUNDS, max_tokens: int = DEFAULT_MAX_TOKENS,
                  limits: Limits = Limits(), interpret: bool | None = None, say: Say | None = None,
                  first_number: int = 1) -> KernelResult:
     """Ask ``llm`` for a Triton module: a translation of ``tl_source`` (stage 2), or with
