@@ -387,8 +387,10 @@ def _files(directory) -> str:
 
 def _summary(result, console: Console) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{result.spec.describe()} on {result.target.name}", show_header=False, title_justify="left")
+    # Text, not markup: a modifier such as score_mod[...] or a path with brackets is shown as it is.
+    table = Table(title=Text(f"{result.spec.describe()} on {result.target.name}"), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     if result.plan is not None:
@@ -400,8 +402,8 @@ def _summary(result, console: Console) -> None:
     if v is not None:
         table.add_row("verify", f"{sum(c.passed for c in v.cases)}/{len(v.cases)} cases pass on {v.device}; max err(O) {v.max_err_o:.2e}, max err(LSE) {v.max_err_lse:.2e}")
     table.add_row("time", _times(result))
-    table.add_row("files", _files(result.out))
-    table.add_row("result", result.status, style="bold green" if result.verified else ("bold yellow" if result.ok else "bold red"))
+    table.add_row("files", Text(_files(result.out)))
+    table.add_row("result", Text(result.status), style="bold green" if result.verified else ("bold yellow" if result.ok else "bold red"))
     console.print(table)
 
 
