@@ -5,12 +5,11 @@ client that answers from a list."""
 
 from __future__ import annotations
 
-import re
-
 from attnforge.backends import get_backend
 from attnforge.llm.errors import LLMError
 from attnforge.llm.messages import Completion
 from attnforge.plan.builtin import prefill_source
+from attnforge.selftest.model_style import model_style
 from attnforge.spec import AttentionSpec
 from attnforge.targets import get_target
 from attnforge.tl.parser import parse
@@ -35,8 +34,7 @@ def fenced(code: str, language: str = "tl") -> str:
 def module(spec: AttentionSpec = SPEC, **params: int) -> str:
     """attnforge's own Triton translation of ``program(spec)``, self-contained as a model must write it."""
     source = get_backend("triton").translate(parse(program(spec, **params)), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
-    source = re.sub(r"^from attnforge\S* import .*\n", "", source, flags=re.MULTILINE)
-    return re.sub(r"^\s*check_arguments\(.*\)\n", "", source, flags=re.MULTILINE)
+    return model_style(source)
 
 
 def with_launch_prefix(source: str, lines: str) -> str:

@@ -23,15 +23,15 @@ SRC = Path(attnforge.__file__).parent
 
 
 def test_registry_lists_triton_and_auto_picks_it():
-    assert names() == ("triton",)
+    assert names() == ("triton", "cuda")
     spec = AttentionSpec(heads=4, head_dim=64, dtype="bf16")
     backend = choose_backend("auto", spec, get_target("h100"))
     assert isinstance(backend, Backend) and backend.name == "triton" and backend is get_backend("triton")
 
 
 def test_unknown_backend_is_refused_with_the_list():
-    with pytest.raises(AttnforgeError, match="unknown backend 'cuda'") as info:
-        get_backend("cuda")
+    with pytest.raises(AttnforgeError, match="unknown backend 'metal'") as info:
+        get_backend("metal")
     assert "triton" in info.value.hint
 
 
@@ -65,7 +65,7 @@ def test_importing_the_registry_does_not_import_triton():
 def test_backends_command_lists_what_triton_supports(capsys):
     assert main(["backends", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == ["triton"]
+    assert [r["name"] for r in rows] == ["triton", "cuda"]
     assert rows[0]["source_file"] == "kernel_triton.py" and rows[0]["dtypes"] == ["fp16", "bf16", "fp32"]
     assert main(["backends"]) == 0
     assert "triton" in capsys.readouterr().out
@@ -84,16 +84,16 @@ def test_generate_with_a_backend_writes_its_source_and_names_it(tmp_path, capsys
 
 
 def test_generate_with_an_unknown_backend_is_bad_input(tmp_path, capsys):
-    code = main(["generate", "--target", "h100", "--heads", "2", "--head-dim", "32", "--backend", "cuda", "--out", str(tmp_path)])
+    code = main(["generate", "--target", "h100", "--heads", "2", "--head-dim", "32", "--backend", "metal", "--out", str(tmp_path)])
     assert code == 2
-    assert "unknown backend 'cuda'" in capsys.readouterr().err
+    assert "unknown backend 'metal'" in capsys.readouterr().err
 
 
 def test_attention_takes_a_backend(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path))
     q = torch.randn(1, 2, 20, 32, dtype=torch.float16)
     with pytest.raises(AttnforgeError, match="unknown backend"):
-        attnforge.attention(q, q, q, backend="cuda")
+        attnforge.attention(q, q, q, backend="metal")
 
 
 def test_loaded_kernel_refuses_bad_calls_with_launch_errors(tmp_path):

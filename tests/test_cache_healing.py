@@ -128,12 +128,14 @@ def test_attention_heals_a_damaged_entry_on_its_next_call(tmp_path, monkeypatch)
     monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path))
     monkeypatch.setattr(api, "build_or_load", lambda *a, **kw: build_or_load(*a, **kw, verify=False))
     monkeypatch.setattr(api, "_loaded", {})
+    monkeypatch.setattr(api, "_dispatch", {})
     q = torch.randn(1, 2, 23, 16).to(torch.float16)
     first = attnforge.attention(q, q, q)
     entries = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1
     (entries[0] / SOURCE).write_text("")
     monkeypatch.setattr(api, "_loaded", {})  # a new process
+    monkeypatch.setattr(api, "_dispatch", {})
     with pytest.warns(CacheRepairWarning, match="kernel_triton.py has 0 bytes"):
         again = attnforge.attention(q, q, q)
     assert torch.equal(first, again)

@@ -307,6 +307,10 @@ def test_bad_outputs_to_launch_raise_launch_errors(kernel, o_shape, lse_shape, w
     (dict(heads=4, batch=2**30), "batch"),  # batch x heads > 2**31 - 1
     (dict(heads=2, seqlen_q=2**31), "seqlen_q"),
     (dict(heads=2, seqlen_q=16, seqlen_k=2**24 + 1), "seqlen_k"),  # one head of k: 2**24 + 1 rows of 128 > 2**31 elements
+    (dict(heads=64, batch=2**16, seqlen_q=8192), "batch"),  # batch x heads x cdiv(Sq, 16) program instances > 2**31 - 1
+    (dict(heads=2**16, seqlen_q=2**20), "seqlen_q"),  # heads x cdiv(Sq, 16) alone
+    (dict(heads=8, window_left=2**31), "window_left"),
+    (dict(heads=8, window_left=0, window_right=10**29), "window_right"),
 ])
 def test_sizes_past_int32_indexing_are_refused(fields, field):
     with pytest.raises(SpecError) as err:
@@ -315,9 +319,24 @@ def test_sizes_past_int32_indexing_are_refused(fields, field):
 
 
 def test_the_largest_indexable_sizes_are_valid():
-    AttentionSpec(heads=2**31 - 1, kv_heads=1, head_dim=16)
-    AttentionSpec(heads=2, batch=2**30 - 1, head_dim=16)
+    AttentionSpec(heads=2**16, kv_heads=2**7, seqlen_q=16, head_dim=16)
+    AttentionSpec(heads=512, kv_heads=1, head_dim=16)
+    AttentionSpec(heads=2, batch=2**30 - 1, seqlen_q=16, head_dim=16)
     AttentionSpec(heads=1, seqlen_q=2**24, head_dim=128)
+    AttentionSpec(heads=8, head_dim=64, window_left=2**31 - 1, window_right=2**31 - 1)
+
+
+@pytest.mark.parametrize("fields, field, says", [
+    (dict(heads=2**31 - 1, kv_heads=1), "heads", "1..65536"),  # an ALiBi slope table of 2**31 entries would hang
+    (dict(heads=2**16 + 1), "heads", "1..65536"),
+    (dict(heads=1024, kv_heads=1), "kv_heads", "heads / kv_heads <= 512"),  # verification interprets 2 x 1024 query heads
+])
+def test_heads_the_host_cannot_hold_are_refused(fields, field, says):
+    start = time.perf_counter()
+    with pytest.raises(SpecError) as err:
+        AttentionSpec(head_dim=16, alibi_slopes="auto", **fields)
+    assert err.value.field == field and says in str(err.value)
+    assert time.perf_counter() - start < 1
 
 
 def test_huge_heads_on_the_command_line_is_a_one_line_error(tmp_path, capsys):

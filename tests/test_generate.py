@@ -115,3 +115,34 @@ def test_cli_generate_without_gpu_uses_the_documented_default(tmp_path, capsys):
     assert rc == 3  # generated, never reported as verified
     assert "h100" in text and "NOT verified" in text
     assert json.loads((tmp_path / "report.json").read_text())["target"]["name"] == "h100"
+
+
+def test_a_plan_that_needs_at_least_what_spilled_is_not_compiled(tmp_path):
+    """Issue 9: a compile that spills predicts the spill of every later candidate with tiles as
+    large, warps as few and any pipeline stages; those are skipped, not compiled (an fp32 D=64
+    spec on a CPU compiled 13 candidates, 12 of which spilled, 3 per tile shape)."""
+    from attnforge.backends.triton import TritonBackend
+    from attnforge.compile_report import CompileReport
+
+    compiled: list[tuple[int, int, int, int]] = []
+
+    class Spilling(TritonBackend):
+        def compile(self, translation, source_path, target, build_dir):
+            source = translation.source
+            bm, bn, warps, stages = (int(re.search(rf"\b{k}=(\d+)", source).group(1)) for k in ("BM", "BN", "num_warps", "num_stages"))
+            compiled.append((bm, bn, warps, stages))
+            spill = 0 if bm * bn <= 128 * 32 else (64 if (bm, bn) == (128, 64) and stages == 3 else 600)
+            return [CompileReport("attn_fwd", target.name, target.sm, "sm_90a", warps, stages, 1024, 255 if spill else 128, spill,
+                                  ("wgmma",), True, (), 0.0)]
+
+    spec = AttentionSpec(heads=2, seqlen_q=64, head_dim=64, dtype="fp16")
+    result = generate(spec, get_target("h100"), tmp_path, backend=Spilling(), run_verification=False)
+    assert result.ok, result.error
+    # BM=128, BN=64 spilled 64 B at 3 stages: too little to predict 2 stages, which spilled 600 B and predicted 1 stage
+    tiles = [c[:2] for c in compiled]
+    assert tiles.count((128, 128)) == 1 and tiles.count((128, 64)) == 2, compiled
+    assert result.plan.params["BM"] * result.plan.params["BN"] <= 128 * 32
+    skipped = [tuple(int(x) for x in re.match(r"BM=(\d+), BN=(\d+), warps=(\d+), stages=(\d+)", r).groups())
+               for r in result.rejected if "not compiled: needs at least the registers of" in r]
+    assert set(skipped) == {(128, 128, 4, 2), (128, 128, 4, 1), (128, 64, 4, 1)}, result.rejected
+    assert result.rejected_compiles == len(compiled) - 1

@@ -157,7 +157,7 @@ CASES = [
     Case("8,000 'or's in --mask-mod", ("spec", "validate", "--heads", "8", "--head-dim", "64", "--mask-mod", " or ".join(["kv_idx < 3"] * 8000)), 2,
          ("spec.mask_mod", "nested more than 100 levels deep"), seconds=20),
     Case("a 100 KB --score-mod for generate", ("generate", "--heads", "8", "--head-dim", "64", "--out", "{tmp}/out", "--score-mod", "+".join(["score"] * 16_000)), 2,
-         ("spec.score_mod", "nested more than 100 levels deep"), seconds=30),  # generate imports torch first
+         ("spec.score_mod", "nested more than 100 levels deep")),
     Case("2,000 nested loops", ("tl", "check", "{tmp}/loops.tl"), 2, (f"loops.tl:{line_of(LOOP)}:1: loops nested more than {MAX_LOOP_DEPTH} deep",),
          (("loops.tl", edit(LOOP, NESTED_LOOPS + LOOP)),), seconds=20),
     Case("a 100 KB name", ("tl", "check", "{tmp}/name.tl"), 2, ("name.tl:", "characters)"), (("name.tl", edit(MULTIPLY, "    Compute " + "X" * 100_000 + " S")),)),
@@ -166,7 +166,39 @@ CASES = [
          ("spec.dtype", "allowed: fp16, bf16, fp32", "fp8e4m3 kernels are not generated yet"), seconds=30),
     Case("generate --spec with fp8e5m2", ("generate", "--spec", "{tmp}/fp8.toml", "--out", "{tmp}/out"), 2, ("spec.dtype", "fp8e5m2 kernels are not generated yet"),
          (("fp8.toml", 'heads = 8\nhead_dim = 64\ndtype = "fp8e5m2"\n'),), seconds=30),
+    # ---- issue 9 row 5: literals past what the kernel's arithmetic holds, refused by field (generate too, before torch)
+    Case("a 38-digit score_mod literal: validate", ("spec", "validate", "--heads", "8", "--head-dim", "64", "--score-mod", "score + " + "9" * 38), 2,
+         ("spec.score_mod", "int32")),
+    Case("a 38-digit score_mod literal: generate", ("generate", "--heads", "8", "--head-dim", "64", "--score-mod", "score + " + "9" * 38, "--out", "{tmp}/out"), 2,
+         ("spec.score_mod", "int32"), subprocess=True, seconds=2),
+    # ---- row 6: sizes a kernel cannot index (int32) or the host cannot hold, refused by field
+    Case("heads = 10^12: validate", ("spec", "validate", "--heads", "1000000000000", "--kv-heads", "2", "--head-dim", "64"), 2, ("spec.heads", "2147483647")),
+    Case("heads = 10^12: generate", ("generate", "--heads", "1000000000000", "--kv-heads", "2", "--head-dim", "64", "--out", "{tmp}/out"), 2,
+         ("spec.heads", "2147483647"), subprocess=True, seconds=2),
+    Case("heads = 2^31 - 1 over 1 KV head", ("spec", "validate", "--heads", "2147483647", "--kv-heads", "1", "--head-dim", "64"), 2, ("spec.heads", "1..65536")),
+    Case("10^8 heads with ALiBi slopes", ("spec", "validate", "--heads", "100000000", "--head-dim", "64", "--alibi-slopes", "auto"), 2,
+         ("spec.heads", "1..65536"), seconds=2),  # the slope table took 52 s
+    Case("heads / kv_heads = 1024", ("spec", "validate", "--heads", "1024", "--kv-heads", "1", "--head-dim", "64"), 2, ("spec.kv_heads", "heads / kv_heads <= 512")),
+    Case("batch x heads x row blocks past int32", ("spec", "validate", "--batch", "100000", "--heads", "64", "--head-dim", "64", "--seqlen-q", "8192"), 2,
+         ("spec.batch", "program instances <= 2**31 - 1")),
+    Case("a window of 10^12", ("spec", "validate", "--heads", "8", "--head-dim", "64", "--window=1000000000000,0"), 2, ("spec.window_left", "int32")),
+    Case("a window of 10^29", ("spec", "validate", "--heads", "8", "--head-dim", "64", "--window=-,99999999999999999999999999999"), 2, ("spec.window_right", "int32")),
+    Case("good: the widest int32 window", ("spec", "validate", "--heads", "8", "--head-dim", "64", "--window=2147483647,0"), 0, ("valid",)),
+    # ---- row 8: --out a file, or where no directory can be made: exit 2 before any work
+    Case("--out an existing file", ("generate", "--heads", "8", "--head-dim", "64", "--out", "{tmp}/gqa.tl"), 2, ("--out", "exists and is not a directory"),
+         (("gqa.tl", GQA),), subprocess=True, seconds=2),
+    Case("--out /proc/x", ("generate", "--heads", "8", "--head-dim", "64", "--out", "/proc/x"), 2, ("--out", "cannot create a directory in /proc"),
+         subprocess=True, seconds=2),
+    Case("--tl a missing file", ("generate", "--heads", "8", "--head-dim", "64", "--tl", "{tmp}/nope.tl", "--out", "{tmp}/out"), 2,
+         ("no such TL file", "nope.tl"), subprocess=True, seconds=2),
+    # ---- printed literally: text in [brackets] is not taken for Rich markup
+    Case("a spec file named [bold]", ("spec", "validate", "{tmp}/[bold]s.toml"), 0, ("{tmp}/[bold]s.toml: valid", "mask_mod[kv_idx != 3]"),
+         (("[bold]s.toml", 'heads = 8\nhead_dim = 64\nmask_mod = "kv_idx != 3"\n'),)),
+    Case("a TL file named [red]", ("tl", "check", "{tmp}/[red]g.tl"), 0, ("{tmp}/[red]g.tl: clean for h100",), (("[red]g.tl", GQA),)),
 ]
+# Issue 9's other rows are tested where their machinery is: row 3 (two generates into one --out)
+# in test_outdir.py, row 4 (a damaged cache entry) in test_cache_healing.py, row 12 (bad calls to
+# a loaded kernel) in test_faults.py, row 13 (Ctrl-C) below; the fuzzers in test_fuzz.py.
 
 
 def _children_cpu() -> float:
@@ -204,6 +236,22 @@ def test_hostile_input(case: Case, tmp_path: Path, capsys) -> None:
     for named in case.named:
         assert named.replace("{tmp}", str(tmp_path)) in shown, shown[:3000]
     assert seconds < case.seconds, f"took {seconds:.1f}s of CPU"
+
+
+@pytest.mark.parametrize("argv", [
+    ("--heads", "0", "--head-dim", "64", "--out", "{tmp}/out"),
+    ("--heads", "8", "--head-dim", "64", "--out", "{tmp}/file"),
+    ("--heads", "8", "--head-dim", "64", "--tl", "{tmp}/nope.tl", "--out", "{tmp}/out"),
+], ids=["spec", "out", "tl"])
+def test_generate_refuses_bad_input_before_importing_torch(argv, tmp_path: Path) -> None:
+    """Issue 9: `generate` with bad input took ~5 s because torch was imported first."""
+    (tmp_path / "file").write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code = ("import sys\nfrom attnforge.cli import main\nrc = main(['generate', *sys.argv[1:]])\n"
+            "print('torch imported' if 'torch' in sys.modules else 'no torch')\nsys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout.strip() == "no torch", (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
 
 
 # ---------------------------------------------------------------- 7. Ctrl-C

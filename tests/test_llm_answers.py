@@ -93,12 +93,16 @@ def test_feedback_from_a_real_checker_run():
     assert "TL305" in text  # GEMM operands of different types, now that P stays fp32
 
 
-def test_feedback_for_a_missing_allocation_lists_the_cascade_in_order():
+def test_feedback_for_missing_allocations_lists_them_in_order_without_a_cascade():
     source = _broken("gqa_fwd", "Allocate Ks")
     result = check(parse(source), "h100")
+    # the tiles the refused Copy would have made (Ks, then Kr, S, P) are not reported again
+    assert [f.code for f in result.errors] == ["TL401"], [str(f) for f in result.errors]
+    source = "\n".join(line for line in source.split("\n") if not line.strip().startswith("Allocate Vs"))
+    result = check(parse(source), "h100")
     text = format_findings(result, source)
-    assert text.startswith(f"The TL checker reports {len(result.errors)} error(s)")
-    assert "Ks is not allocated in shared memory" in text and "fix them in order" in text
+    assert text.startswith(f"The TL checker reports {len(result.errors)} error(s)") and len(result.errors) == 2
+    assert "Ks is not allocated in shared memory" in text and "Vs is not allocated in shared memory" in text and "fix them in order" in text
     lines = [int(l.split(",")[0][len("- line "):]) for l in text.splitlines() if l.startswith("- line ")]
     assert lines == sorted(lines)
 

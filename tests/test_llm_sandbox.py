@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
@@ -205,9 +204,9 @@ def _translated_module() -> str:
     from attnforge.backends import get_backend
     from attnforge.tl import catalog
 
-    source = get_backend("triton").translate(catalog.load("gqa_fwd"), head_dim=32, head_dim_v=32).source
-    source = re.sub(r"^from attnforge\S* import .*\n", "", source, flags=re.MULTILINE)
-    return re.sub(r"^\s*check_arguments\(.*\)\n", "", source, flags=re.MULTILINE)
+    from attnforge.selftest.model_style import model_style
+
+    return model_style(get_backend("triton").translate(catalog.load("gqa_fwd"), head_dim=32, head_dim_v=32).source)
 
 
 def verify_in_interpreter(path: Path) -> float:

@@ -412,3 +412,105 @@ def test_modifier_features_read_scalars_only_and_aliases_are_not_format_names() 
     assert "TL202" in codes(check(prog, "h100"))
     prog = edited("gqa_fwd.tl", "dtype qkv = bf16, acc = fp32, out = bf16", "dtype qkv = bf16, acc = fp32, out = bf16, fp32 = bf16")
     assert "TL101" in codes(check(prog, "h100"))
+
+
+# ---------------------------------------------------------------- issue 10: messages a reader (or a model) can act on
+
+
+def test_an_undeclared_alias_says_to_declare_it() -> None:
+    text = "\n".join(line for line in library_text("gqa_fwd.tl").split("\n") if not line.startswith("dtype "))
+    found = [f for f in check(parse(text), "h100").findings if f.code == "TL301"]
+    acc = next(f for f in found if "'acc'" in f.message)
+    assert "declare it: dtype acc = fp32" in acc.hint and "defaults to fp32 only where it is implied" in acc.hint
+    assert all("()" not in f.hint for f in found)
+
+
+@pytest.mark.parametrize("feature, says", [("softcap = 50", ("scalar softcap", "--scalar softcap=50", "score_mod = (50 * tanh(score / 50))")),
+                                           ("window = 256", ("scalar window_left, window_right", "--scalar window_left=256")),
+                                           ("causal, softcap = 50.5", ("scalar softcap",))])
+def test_a_number_as_a_feature_value_is_explained(feature, says) -> None:
+    from attnforge.errors import TLSyntaxError
+
+    with pytest.raises(TLSyntaxError) as err:
+        parse(library_text("gqa_fwd.tl").replace("target sm_90\n", f"target sm_90\ncomputes {feature}\n", 1))
+    assert "a feature's value is not a number" in err.value.message
+    assert all(s in err.value.hint for s in says), err.value.hint
+
+
+@pytest.mark.parametrize("value", ["(256)", "(Sk - 1)"])
+def test_feature_values_are_shown_as_tl_not_python(value) -> None:
+    f = only(check(edited("gqa_fwd.tl", "target sm_90\n", f"target sm_90\ncomputes window = {value}\n"), "h100"), "TL104")
+    assert f"window = {value} is not a side" in f.message and "window_left" in f.hint
+    assert "Num(" not in f.message + f.hint and "Binary(" not in f.message + f.hint
+
+
+def test_one_wrong_gemm_is_one_finding_naming_both_operands() -> None:
+    """A GEMM refused for its operands' level used to be followed by a TL200 for every later use of
+    its result (one advising to declare the tile as a scalar) and named only operand A."""
+    result = check(edited("gqa_fwd.tl", "Compute GEMM Qr, Kr^T and get S", "Compute GEMM Qs, Ks^T and get S"), "a100")
+    assert codes(result) == {"TL404"}, [str(f) for f in result.findings]
+    f = only(result, "TL404")
+    assert "operands A (Qs) and B (Ks) are in shared memory" in f.message
+    assert f.hint == "Copy Qs from shared to register and Copy Ks from shared to register first"
+    # a use of a tile that was never defined anywhere is still reported
+    result = check(edited("gqa_fwd.tl", "Compute Multiply S, scale", "Compute Multiply S2, scale"), "h100")
+    assert "TL200" in codes(result)
+
+
+def test_tl305_never_suggests_casting_a_tile_that_cast_cannot_reach() -> None:
+    program = parse(library_text("gqa_fwd.tl").replace("Allocate Ks in shared (BN, D) : qkv", "Allocate Ks in shared (BN, D) : fp32")
+                    .replace("Compute GEMM Qr, Kr^T and get S", "Compute GEMM Qr, Ks^T and get S"))
+    f = only(check(program, "h100"), "TL305")
+    assert "Compute Cast Ks" not in f.hint and "Ks is in shared memory" in f.hint and "Compute Cast Qr to fp32" in f.hint
+
+
+@pytest.mark.parametrize("mask", ["0 <= kv_idx < Sk", "kv_idx < Sk == 1"])
+def test_chained_comparisons_are_named(mask) -> None:
+    from attnforge.errors import TLSyntaxError
+    from attnforge.tl.parser import parse_expr
+
+    with pytest.raises(TLSyntaxError, match="comparisons do not chain") as err:
+        parse(library_text("gqa_fwd.tl").replace("keep kv_idx < Sk", f"keep {mask}"))
+    assert "a <= b and b < c" in err.value.hint
+    with pytest.raises(TLSyntaxError, match="comparisons do not chain"):
+        parse_expr(mask, "mask_mod")
+
+
+def test_an_open_parameter_says_how_to_give_it_a_value() -> None:
+    f = only(check(edited("gqa_fwd.tl", "param BM = 128,", "param BM,"), "h100"), "TL106")
+    assert "--param BM=64" in f.hint and "--sketch" in f.hint
+
+
+def test_tl412_points_at_the_manual_not_at_a_program_the_reader_may_not_have() -> None:
+    text = library_text("decode_split_kv.tl")
+    first = text.index("kernel decode_split_kv_combine")
+    # the partial kernel also loads what it stores: one kernel reading its own scratch output
+    fused = text[:first].replace("Copy lse_r (BM) at [m] from register to global LSE_s",
+                                 "Copy lse_r (BM) at [m] from register to global LSE_s\nCopy LSE_s (BM) at [m] from global to register again")
+    f = only(check(parse(fused), "h100"), "TL412")
+    assert "decode_split_kv_combine" not in f.hint and "docs/TL.md, section 10.3" in f.hint
+
+
+def test_the_manual_has_a_complete_split_kv_example_and_says_what_is_per_kernel() -> None:
+    from attnforge.tl import catalog
+
+    manual = (Path(__file__).parents[1] / "docs" / "TL.md").read_text()
+    section = manual[manual.index("### 10.3 A complete split-KV decode"):]
+    example = re.search(r"```tl\n(.*?)```", section, re.S).group(1)
+    assert parse(example).kernels == catalog.load("decode_split_kv").kernels  # the shipped program, statement for statement
+    assert check(parse(example), "h100").ok
+    for said in ("Everything in a header is per kernel", "sets `NAME`\nin every kernel that declares it",
+                 "A global view may be allocated anywhere in the body, also inside a loop",
+                 "An alias *written* in the program"):
+        assert said in manual, said
+
+
+def test_a_fail_line_names_the_worst_row_and_the_fp8_tolerance_prints_as_in_the_manual() -> None:
+    from attnforge.tl.harness import Shape, format_tolerance, run_and_compare
+
+    wrong = edited("gqa_fwd.tl", "Compute Mask S keep kv_idx < Sk", "Compute Mask S keep kv_idx < Sk - 1")
+    line = run_and_compare(wrong, Shape.parse("1,4,2,37,53,16"), params={"BM": 16, "BN": 16}).line()
+    assert line.startswith("FAIL B=1 Hq=4 Hkv=2 Sq=37 Sk=53") and re.search(r"O worst at b=0 h=\d row=\d+ \(", line), line
+    assert [format_tolerance(x) for x in (1e-10, 2e-2, 5e-3, 0.15, 0.3)] == ["1e-10", "2e-02", "5e-03", "1.5e-01", "3e-01"]
+    manual = (Path(__file__).parents[1] / "docs" / "TL.md").read_text()
+    assert "| fp8e4m3 | 1.5e-1 | 1e-5 |" in manual

@@ -166,8 +166,8 @@ OPT_NAME = st.none() | NAMES
 
 
 def _allocate():
-    glob = st.builds(lambda name, shape, tensor, offset: n.Allocate(name, "global", shape, tensor=tensor, offset=offset),
-                     NAMES, SHAPES, NAMES, NONEMPTY)
+    glob = st.builds(lambda name, shape, tensor, offset, pack: n.Allocate(name, "global", shape, tensor=tensor, offset=offset, pack=pack),
+                     NAMES, SHAPES, NAMES, NONEMPTY, st.none() | EXPRS)
     shared = st.builds(lambda name, shape, dtype: n.Allocate(name, "shared", shape, dtype=dtype), NAMES, SHAPES, NAMES)
     register = st.builds(lambda name, shape, dtype, init: n.Allocate(name, "register", shape, dtype=dtype, init=init),
                          NAMES, SHAPES, NAMES, st.none() | EXPRS)

@@ -14,7 +14,10 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
+        value = getattr(module, name)
+        if _LAZY[name] == "api":  # kept: attention() is called per step, and this lookup costs microseconds
+            globals()[name] = value
+        return value
     raise AttributeError(f"module 'attnforge' has no attribute {name!r}")
 
 __all__ = [

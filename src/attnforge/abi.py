@@ -61,3 +61,20 @@ def scalar_values(spec: Any) -> dict[str, int | float]:
         if name != "scale" and getattr(spec, name) is not None:
             out[name] = getattr(spec, name)
     return out
+
+
+def check_scalars(scalars: dict[str, object]) -> None:
+    """Runtime scalars of the right kind, as every backend's kernels take them: finite real
+    numbers, integers for window sizes. Raises LaunchError naming the scalar."""
+    import math
+    import numbers
+
+    from .errors import LaunchError
+
+    for name, value in scalars.items():
+        kind = RUNTIME_SCALARS[name].kind if name in RUNTIME_SCALARS else "float"
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise LaunchError(f"{name} = {value!r} is not an integer", where=name, hint=f"{name} is {RUNTIME_SCALARS[name].meaning}: an int >= 0")
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise LaunchError(f"{name} = {value!r} is not a finite number", where=name, hint="pass a Python float")

@@ -160,6 +160,58 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
                              where="attention", hint="call it under torch.no_grad() / torch.inference_mode(), or detach the inputs if no gradient is wanted")
 
 
+class _Prepared:
+    """What a dispatch-cache hit needs: the kernel, its runtime scalars and slopes, and the
+    compiled kernels its launches recorded (``slots``). The first launch of a key runs every
+    check of the kernel's launcher; later ones skip them."""
+
+    __slots__ = ("kernel", "scalars", "slopes", "out_bshd", "slots", "checked", "keyed")
+
+    def __init__(self, kernel: Kernel, scalars: dict, slopes: Optional[torch.Tensor], out_bshd: bool):
+        self.kernel, self.scalars, self.slopes, self.out_bshd = kernel, scalars, slopes, out_bshd
+        self.slots: list = []
+        self.checked = False
+        self.keyed = getattr(kernel, "launch_keyed", None)  # optional in the Kernel protocol
+
+    def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **scalars) -> None:
+        if self.keyed is None:
+            self.kernel.launch(q, k, v, o, lse, **scalars)
+            return
+        self.keyed(q, k, v, o, lse, slots=self.slots, checked=self.checked, **scalars)
+        self.checked = True  # only after a launch that passed them
+
+
+# (shapes, strides, dtype, device, 16-byte alignment of q/k/v, every option) -> _Prepared. Every
+# argument check and the spec's validation run once per key; a hit only allocates the outputs
+# and launches. What Triton specialises a kernel on is all in the key (see runtime.launch_kernel).
+_dispatch: dict[tuple, _Prepared] = {}
+_DISPATCH_LIMIT = 4096
+
+
+def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32,
+                  layout, backend) -> Optional[tuple]:
+    """The key of this call, or None when it cannot be cached (an argument that is not hashable,
+    inputs that need autograd's refusal)."""
+    if not (type(q) is type(k) is type(v) is torch.Tensor) or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return None
+    if isinstance(alibi_slopes, torch.Tensor):
+        slopes_key = ("tensor", alibi_slopes.shape, alibi_slopes.dtype, alibi_slopes.device)
+    elif isinstance(alibi_slopes, (list, tuple)):
+        slopes_key = tuple(alibi_slopes)
+    else:
+        slopes_key = alibi_slopes
+    if isinstance(window, list):
+        window = tuple(window)
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
+           q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, causal_align, scale, window, slopes_key, softcap,
+           score_mod, mask_mod, allow_tf32, layout, backend)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -188,25 +240,76 @@ def attention(
     ``backend``: which stage-2 backend builds the kernel (``auto``, or a name from
     ``attnforge backends``). Returns O in the input layout, and the natural-log log-sum-exp
     (B, Hq, Sq, fp32) with ``return_lse=True``."""
+    if torch.compiler.is_compiling():  # traced: through the custom op, which graphs can hold
+        return _attention_traced(q, k, v, causal=causal, causal_align=causal_align, scale=scale, window=window, alibi_slopes=alibi_slopes,
+                                 softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout,
+                                 return_lse=return_lse, backend=backend)
+    key = _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32, layout, backend)
+    prepared = _dispatch.get(key) if key is not None else None
+    if prepared is None:
+        prepared = _prepare(q, k, v, causal=causal, causal_align=causal_align, scale=scale, window=window, alibi_slopes=alibi_slopes,
+                            softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout, backend=backend)
+        if key is not None:
+            if len(_dispatch) >= _DISPATCH_LIMIT:
+                _dispatch.clear()
+            _dispatch[key] = prepared
+    if layout == "bshd":
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    o, lse = _empty_outputs(q, v, prepared.out_bshd)
+    slopes = prepared.slopes
+    if isinstance(alibi_slopes, torch.Tensor):
+        slopes = alibi_slopes if alibi_slopes.dtype == torch.float32 and alibi_slopes.device == q.device else alibi_slopes.to(device=q.device, dtype=torch.float32)
+    if slopes is None:
+        prepared.launch(q, k, v, o, lse, **prepared.scalars)
+    else:
+        prepared.launch(q, k, v, o, lse, **prepared.scalars, alibi_slopes=slopes)
+    if layout == "bshd":
+        o = o.transpose(1, 2)
+    return (o, lse) if return_lse else o
+
+
+def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, alibi_slopes, backend: str, layout: str, **options) -> _Prepared:
+    """Check a call's arguments, validate its spec and get its kernel (built on first use): once per dispatch key."""
+    q, k, v, spec, slopes = _checked(q, k, v, alibi_slopes=alibi_slopes, layout=layout, **options)
+    kernel = kernel_for(spec, q.device, backend=backend, tma=tma_compatible(q, k, v))
+    return _Prepared(kernel, spec.runtime_scalars(), None if isinstance(alibi_slopes, torch.Tensor) else slopes, layout == "bshd")
+
+
+def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, causal_align: str, scale: Optional[float], window,
+             alibi_slopes, softcap: Optional[float], score_mod: Optional[str], mask_mod: Optional[str], allow_tf32: bool,
+             layout: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, Optional[torch.Tensor]]:
+    """The call's tensors viewed BHSD, its spec (every field validated, the bad one named) and
+    its ALiBi slopes as a tensor; every argument checked first."""
     _check_inputs(q, k, v, layout)
     if layout == "bshd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     window_left, window_right = _window(window, causal)
     spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
-                 mask_mod=mask_mod, allow_tf32=allow_tf32)  # validates every field, naming the bad one
-    slopes = None
+                 mask_mod=mask_mod, allow_tf32=allow_tf32)
+    return q, k, v, spec, _slopes(q, alibi_slopes)
+
+
+def _slopes(q: torch.Tensor, alibi_slopes) -> Optional[torch.Tensor]:
+    """The ALiBi slopes as an fp32 tensor on q's device (None without ALiBi), checked."""
     if isinstance(alibi_slopes, torch.Tensor):
         # checked without reading the values back (no device sync; traceable by torch.compile)
         if alibi_slopes.shape != (q.shape[1],) or not alibi_slopes.is_floating_point():
             raise AttnforgeError(f"alibi_slopes has shape {tuple(alibi_slopes.shape)} and dtype {alibi_slopes.dtype}", where="alibi_slopes",
                                  hint=f"one float per query head: shape ({q.shape[1]},)")
-        slopes = alibi_slopes.to(device=q.device, dtype=torch.float32)
-    elif alibi_slopes is not None:
+        return alibi_slopes.to(device=q.device, dtype=torch.float32)
+    if alibi_slopes is not None:
         values = AttentionSpec(heads=q.shape[1], head_dim=q.shape[3], alibi_slopes=alibi_slopes).alibi_slopes
-        slopes = torch.tensor(values, dtype=torch.float32, device=q.device)
-    o, lse = _attention_op(q, k, v, slopes, float(spec.scale if scale is None else scale), causal, spec.causal_align,
-                           window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, layout == "bshd", backend)
+        return torch.tensor(values, dtype=torch.float32, device=q.device)
+    return None
+
+
+def _attention_traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_lse: bool, backend: str, layout: str,
+                      **options) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``attention`` under torch.compile: the custom op ``torch.ops.attnforge.attention``."""
+    q, k, v, spec, slopes = _checked(q, k, v, layout=layout, **options)
+    o, lse = _attention_op(q, k, v, slopes, float(spec.scale), spec.causal, spec.causal_align, spec.window_left, spec.window_right,
+                           options["softcap"], options["score_mod"], options["mask_mod"], options["allow_tf32"], layout == "bshd", backend)
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

@@ -18,6 +18,9 @@ from typing import NoReturn, Sequence
 
 from rich.console import Console
 
+from .bench.command import add_parser as add_bench_parser
+from .tune.command import add_parser as add_tune_parser
+from .warmup_command import add_parser as add_warmup_parser
 from .dtypes import STORAGE_DTYPES
 from .llm.command import add_generate_llm_arguments, add_prompts_parser, add_replay_parser
 from .errors import AttnforgeError, Position, TargetError, TLSyntaxError, shorten
@@ -116,6 +119,8 @@ def cmd_backends(ns: argparse.Namespace, console: Console) -> int:
 
     from .backends import get_backend, names
 
+    if ns.manual is not None or ns.target is not None:
+        return _print_manual(ns)
     rows = [(name, get_backend(name)) for name in names()]
     if ns.json:
         print(json.dumps([{"name": name, "source_file": b.source_file, **dataclasses.asdict(b.capabilities())} for name, b in rows], indent=2))
@@ -130,6 +135,18 @@ def cmd_backends(ns: argparse.Namespace, console: Console) -> int:
     for name, b in rows:
         for note in b.capabilities().notes:
             console.print(f"{name}: {note}", style="dim", markup=False)
+    return 0
+
+
+def _print_manual(ns: argparse.Namespace) -> int:
+    """``attnforge backends --manual NAME``: the translation manual a model reads for that backend."""
+    if ns.manual != "cuda":
+        raise AttnforgeError(f"no translation manual for {ns.manual!r}" if ns.manual else "--target goes with --manual NAME",
+                             where="--manual", hint="'--manual cuda'; Triton's mapping is in the stage2_translate prompt "
+                                                    "('attnforge prompts show stage2_translate')")
+    from .backends.cuda.manual import translation_manual
+
+    print(translation_manual(get_target(ns.target) if ns.target else None))
     return 0
 
 
@@ -159,12 +176,12 @@ def cmd_tl_check(ns: argparse.Namespace, console: Console) -> int:
         if r.smem_bytes is not None:
             console.print(f"{r.kernel}: shared memory {r.smem_bytes / 1024:.0f} KiB, about {r.regs_per_thread} registers/thread at {r.threads} threads", style="dim", highlight=False)
     if result.open_params:
-        console.print(f"open parameters: {', '.join(result.open_params)}", highlight=False)
+        console.print(f"open parameters: {', '.join(result.open_params)}", markup=False, highlight=False)
     errors = len(result.errors)
     if errors:
-        console.print(f"{name}: {errors} error(s) for {where}", style="bold red", highlight=False)
+        console.print(f"{name}: {errors} error(s) for {where}", style="bold red", markup=False, highlight=False)
         return 1
-    console.print(f"{name}: clean for {where} (D={d}, Dv={dv or d})", style="bold green", highlight=False)
+    console.print(f"{name}: clean for {where} (D={d}, Dv={dv or d})", style="bold green", markup=False, highlight=False)
     return 0
 
 
@@ -186,7 +203,7 @@ def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
         console.print(f.render(name), style="red", markup=False, highlight=False)
     if not result.ok:
         where = f"{result.target.name}" if result.target else "any target"
-        console.print(f"{name}: the checker rejects it for {where}; not run", style="bold red", highlight=False)
+        console.print(f"{name}: the checker rejects it for {where}; not run", style="bold red", markup=False, highlight=False)
         return 1
     failed = 0
     for shape in shapes:
@@ -195,7 +212,7 @@ def cmd_tl_run(ns: argparse.Namespace, console: Console) -> int:
         failed += not report.passed
         console.print(report.line(), style="green" if report.passed else "bold red", markup=False, highlight=False)
     verdict = "verified" if not failed else f"{failed} of {len(shapes)} shape(s) FAILED"
-    console.print(f"{name}: {verdict} against the float64 reference", style="bold green" if not failed else "bold red", highlight=False)
+    console.print(f"{name}: {verdict} against the float64 reference", style="bold green" if not failed else "bold red", markup=False, highlight=False)
     return 1 if failed else 0
 
 
@@ -237,7 +254,7 @@ def cmd_spec_validate(ns: argparse.Namespace, console: Console) -> int:
     if ns.json:
         print(json.dumps(spec.to_dict(), indent=2))
     else:
-        console.print(f"{ns.spec or 'flags'}: valid: {spec.describe()}", style="green", highlight=False)
+        console.print(f"{ns.spec or 'flags'}: valid: {spec.describe()}", style="green", markup=False, highlight=False)
     note = kernel_dtype_note(spec)
     if note is not None:  # on stderr, so that --json output stays JSON
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"note: the spec is valid, but {note}", style="yellow", markup=False)
@@ -257,18 +274,21 @@ def resolve_target(name: str, console: Console) -> Target:
 
 def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
     if ns.llm is not None or ns.llm_flags: return cmd_generate_llm(ns, console)  # noqa: E701 (the LLM path: llm/command.py)
-    from .generate import generate
-
-    spec = spec_from_args(ns)
-    target = resolve_target(ns.target, console)
-    from .backends import choose_backend
-
-    backend = choose_backend(ns.backend, spec, target)
     from .errors import OutputError
     from .outdir import destination
 
+    # Bad input is refused before torch is imported (seconds): the spec, the --tl file, --out.
+    spec = spec_from_args(ns)
+    tl_text, tl_name = read_tl(ns.tl) if ns.tl is not None else (None, "kernel.tl")
     destination(ns.out)  # a file, or a directory of other files, is refused before any work
+    from .backends import choose_backend_and_reason
+    from .generate import generate
+
+    target = resolve_target(ns.target, console)
+    backend, backend_reason = choose_backend_and_reason(ns.backend, spec, target)
     console.print(f"attnforge generate: {spec.describe()} for {target.name} ({target.sm}) with the {backend.name} backend -> {ns.out}", style="bold", markup=False)
+    if ns.backend == "auto":
+        console.print(f"backend {backend_reason}", style="dim", markup=False, highlight=False)
     status = console.status("") if console.is_terminal else contextlib.nullcontext()
     with status as spinner:
         def progress(event: str, text: str) -> None:
@@ -281,10 +301,9 @@ def cmd_generate(ns: argparse.Namespace, console: Console) -> int:
             if event == "fail" and "\n" in text.strip():  # a traceback (a bug in a step) goes to report.md only
                 text = text.strip().splitlines()[0] + f" (the whole message is in {ns.out}/report.md)"
             console.print(f"{mark} {text}", style=style, markup=False, highlight=False)
-        tl_text, tl_name = read_tl(ns.tl) if ns.tl is not None else (None, "kernel.tl")
         try:
             result = generate(spec, target, ns.out, backend=backend, run_verification=not ns.no_verify, tma=not ns.pointer_loads,
-                              tl=tl_text, tl_file=tl_name, progress=progress)
+                              tl=tl_text, tl_file=tl_name, progress=progress, backend_reason=backend_reason)
         except OutputError as err:  # the run could not be written (a full disk): a failure, not bad input
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", style="bold red", markup=False)
             return 1
@@ -333,6 +352,8 @@ def cmd_verify(ns: argparse.Namespace, console: Console) -> int:
                       f"{case.error or case.worst}", style="green" if case.passed else "bold red", markup=False, highlight=False)
     verdict = verify_directory(ns.directory, spec=spec, target=target, interpret=True if ns.interpret else None, progress=case_done)
     console.print(f"{ns.directory}: {verdict.spec.describe()} for {verdict.target.name}", style="bold", markup=False)
+    if verdict.model is not None:
+        console.print(f"its kernel module was written by {verdict.model}: statically gated, then verified in the sandbox", markup=False, highlight=False)
     for rep in verdict.interpret:
         console.print(f"interpret {rep.line()}", style="green" if rep.passed else "bold red", markup=False, highlight=False)
     if verdict.ok:
@@ -389,15 +410,22 @@ def _summary(result, console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from . import roofline
+
     # Text, not markup: a modifier such as score_mod[...] or a path with brackets is shown as it is.
     table = Table(title=Text(f"{result.spec.describe()} on {result.target.name}"), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
+    if result.backend_reason:
+        table.add_row("backend", Text(result.backend_reason))
     if result.plan is not None:
         table.add_row("plan", f"{result.plan.kind}: " + ", ".join(f"{k}={v}" for k, v in result.plan.params.items()))
+    estimates = roofline.estimates(result.spec, result.target, result.compile_reports)
     for r in result.compile_reports:
         tc = "tensor cores" if r.tensor_cores_used else ("NO tensor cores (FMA only)" if "fma-only" in r.instructions else "no GEMM")
         table.add_row(f"compile {r.kernel}", f"{r.ptx_target}: {r.registers} regs, {r.shared_bytes / 1024:.0f} KiB shared, {r.spill_bytes} B spills, {', '.join(r.instructions)}; {tc}")
+        if estimates.get(r.kernel) is not None:
+            table.add_row(f"{roofline.WORD} {r.kernel}", Text(estimates[r.kernel].line()))
     v = result.verification
     if v is not None:
         table.add_row("verify", f"{sum(c.passed for c in v.cases)}/{len(v.cases)} cases pass on {v.device}; max err(O) {v.max_err_o:.2e}, max err(LSE) {v.max_err_lse:.2e}")
@@ -496,6 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backends", help="list the stage-2 backends and what each supports",
                        description="List the backends that translate TL into GPU code, with the targets, data types and features each supports.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--manual", metavar="NAME", help="print a backend's translation manual (cuda: made from its translation table), "
+                                                    "for one target with --target")
+    p.add_argument("--target", help="with --manual: the target whose instructions it names (default: every target)")
     p.set_defaults(func=cmd_backends)
 
     p = sub.add_parser("targets", help="print the table of GPU targets", description="Print the GPUs attnforge knows, with their limits, peak rates and tensor-core instructions.")
@@ -560,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_replay_parser(sub, cmd_replay)
     add_prompts_parser(sub, cmd_prompts)
+    add_bench_parser(sub)  # attnforge bench (bench/command.py)
+    add_warmup_parser(sub)  # attnforge warmup (warmup_command.py)
+    add_tune_parser(sub)  # attnforge tune (tune/command.py)
     return parser
 
 

@@ -5,6 +5,11 @@ checked for the target and judged against the spec (claims, then numbers in floa
 kernel source is loaded and verified against the spec's reference (natively where a GPU can run
 it, else in the interpreter). The spec and target come from the directory's report.json unless
 given. ``attnforge verify DIR`` and ``attnforge selftest`` both use ``verify_directory``.
+
+A kernel module a model wrote (report.json's "llm" section says so: ``--mode direct`` or
+``--translate llm``) is never imported here: it goes through the LLM path's static gate and is
+verified in the sandbox's child process, as when it was generated (``llm/kernel_jobs``). A
+direct module has no TL program; its gate is the module's alone.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class DirectoryVerdict:
     interpret: list[RunReport] = field(default_factory=list)
     verification: VerifyRecord | None = None
     error: str | None = None  # why the gate refused, when it did
+    model: str | None = None  # who wrote the kernel module, when a model did (it ran in the sandbox)
 
     @property
     def ok(self) -> bool:
@@ -72,20 +78,25 @@ def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None
         target = get_target(report["target"]["name"])
     backend = backend_for_directory(directory)
     tl_path = directory / KERNEL_TL
-    if not tl_path.is_file():
+    if not tl_path.is_file() and not _direct(report):
         raise AttnforgeError(f"{directory} has no {KERNEL_TL}", where=str(directory), hint="the gate judges the TL program the kernel was translated from")
-    verdict = DirectoryVerdict(directory, spec, target)
+    verdict = DirectoryVerdict(directory, spec, target, model=model_writer(report))
     try:
-        program = parse(tl_path.read_text(), file=str(tl_path))
-        result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=str(tl_path))
-        if not result.ok:
-            raise TLCheckError(result.errors, file=str(tl_path))
-        params = {p.name: p.value for k in program.kernels for p in k.params}
-        verdict.step = "interpret"
-        verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params), file=str(tl_path))
+        params: dict[str, int] = {}
+        if tl_path.is_file():
+            program = parse(tl_path.read_text(), file=str(tl_path))
+            result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=str(tl_path))
+            if not result.ok:
+                raise TLCheckError(result.errors, file=str(tl_path))
+            params = {p.name: p.value for k in program.kernels for p in k.params}
+            verdict.step = "interpret"
+            verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params), file=str(tl_path))
         verdict.step = "verify"
-        kernel = backend.load(directory / backend.source_file, interpret=interpret)
-        verdict.verification = verify(kernel, spec, params, target=target, progress=progress, fail_fast=fail_fast)
+        if verdict.model is not None:
+            _verify_model_module(directory / backend.source_file, spec, target, params, interpret, verdict, progress)
+        else:
+            kernel = backend.load(directory / backend.source_file, interpret=interpret)
+            verdict.verification = verify(kernel, spec, params, target=target, progress=progress, fail_fast=fail_fast)
     except JudgeError as err:
         verdict.interpret = err.reports
         verdict.error = err.render()
@@ -96,3 +107,56 @@ def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None
         ran = len(verdict.verification.cases)
         verdict.error = f"{len(bad)} of {ran} case(s) run fail{' (stopped at the first)' if fail_fast else ''}; first: {bad[0].shape}: {bad[0].error or bad[0].worst}"
     return verdict
+
+
+def _llm_section(report: dict) -> dict:
+    section = report.get("llm")
+    return section if isinstance(section, dict) else {}
+
+
+def _direct(report: dict) -> bool:
+    """Whether the directory holds a module a model wrote straight from the spec (no TL program)."""
+    llm = _llm_section(report)
+    stages = {r.get("stage") for r in llm.get("rounds") or [] if isinstance(r, dict)}
+    return (llm.get("options") or {}).get("mode") == "direct" or ("direct" in stages and "tl" not in stages)
+
+
+def model_writer(report: dict) -> str | None:
+    """The model (report.json's llm.client) that wrote the directory's kernel module, or None
+    when attnforge's translator wrote it (``--mode tl --translate builtin``: the model wrote
+    only the TL program)."""
+    llm = _llm_section(report)
+    if not llm:
+        return None
+    stages = {r.get("stage") for r in llm.get("rounds") or [] if isinstance(r, dict)}
+    if (llm.get("options") or {}).get("translate") == "llm" or _direct(report) or stages & {"direct", "translate"}:
+        return str(llm.get("client") or "a model")
+    return None
+
+
+# The sandbox's wall-clock limit for a model-written module's whole gate (as generate --llm's default).
+MODEL_MODULE_TIMEOUT_S = 900.0
+
+
+def _verify_model_module(path: Path, spec: AttentionSpec, target: Target, params: dict[str, int], interpret: bool | None,
+                         verdict: DirectoryVerdict, progress: Callable[[int, int, CaseResult], None] | None) -> None:
+    """A model-written module: the static gate, then verification, the kernels-off check and the
+    compile for the target in the sandbox's child process (raises LLMError when refused)."""
+    from .llm import kernel_rules
+    from .llm.kernel_jobs import verify_module
+    from .llm.pipeline import gpu_present
+    from .llm.sandbox import run_untrusted
+    from .llm.stage2 import MODULE_FILE, sandbox_limits
+
+    source = path.read_text(encoding="utf-8", errors="replace")
+    kernel_rules.check_kernel_source(source, file=str(path))
+    found = run_untrusted(source, verify_module, spec.to_dict(), target.name, params, interpret, True,
+                          limits=sandbox_limits(MODEL_MODULE_TIMEOUT_S, gpu=gpu_present()), file_name=MODULE_FILE)
+    verdict.verification = found.verification
+    if found.verification is not None and progress is not None:
+        for i, case in enumerate(found.verification.cases, 1):
+            progress(i, len(found.verification.cases), case)
+    if found.problems:
+        kind, text = found.problems[0]
+        more = f" (and {len(found.problems) - 1} more)" if len(found.problems) > 1 else ""
+        verdict.error = f"{kind}: {text}{more}"

@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import outdir
-from .backends import Backend, Translation, choose_backend
+from .backends import Backend, Translation, choose_backend_and_reason
 from .compile_report import CompileReport, check_fits
 from .errors import AttnforgeError, DoesNotFitError, OutputError
 from .judge import JudgeError, interpret_against_spec, interpret_shapes
 from .plan import BuiltinPlanner, GivenPlanner, Plan
+from .plan.builtin import Candidate
 from .report import KERNEL_TL, write_reports
 from .spec import AttentionSpec
 from .targets import Target
 from .tl import harness
+from .tune import database as tuning
 from .verify import VerifyRecord, verify
 
 
@@ -57,6 +59,7 @@ class GenerateResult:
     total_seconds: float = 0.0  # wall time of the whole run
     rejected_seconds: float = 0.0  # of which compiles of plans that did not fit the target
     rejected_compiles: int = 0  # how many such compiles
+    backend_reason: str = ""  # which backend and why: asked for by name, or auto's choice and reason
 
     @property
     def ok(self) -> bool:
@@ -99,6 +102,8 @@ def generate(
     tl: str | None = None,
     tl_file: str = KERNEL_TL,
     progress: Progress | None = None,
+    tuned: bool | Candidate = True,
+    backend_reason: str | None = None,
 ) -> GenerateResult:
     """Run every step; never raises for a step's failure (see ``result.failed_step``), only
     ``AttnforgeError`` for an ``out`` it may not write to (a file, a directory of other files)
@@ -107,13 +112,19 @@ def generate(
     program (its text; ``tl_file`` names it in messages) to use instead of the built-in
     planner's, put through every gate. ``tma=False`` keeps pointer loads where the planner
     would use TMA descriptors; ``interpret`` forces (True) or forbids (False) the interpreter
-    for verification (default: when there is no GPU)."""
-    chosen = backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
-    planner = GivenPlanner(tl, tl_file) if tl is not None else BuiltinPlanner(tma=tma)
+    for verification (default: when there is no GPU). ``tuned``: offer the tuning database's
+    parameters for this spec first (True), not (False), or offer the given candidate.
+    ``backend_reason``: why a given Backend was chosen, for the reports (a name's is worked out here)."""
+    if isinstance(backend, Backend):
+        chosen, why = backend, backend_reason or f"{backend.name}: given by the caller"
+    else:
+        chosen, why = choose_backend_and_reason(backend, spec, target)
+    prefer = tuned_candidate(spec, target, chosen.name) if tuned is True else (tuned or None)
+    planner = GivenPlanner(tl, tl_file) if tl is not None else BuiltinPlanner(tma=tma, prefer=prefer)
     final = outdir.destination(out)
     work = outdir.start(final)
     try:
-        result = _Pipeline(spec, target, chosen, work, planner, interpret, progress).run(run_verification)
+        result = _Pipeline(spec, target, chosen, work, planner, interpret, progress, why).run(run_verification)
     except OSError as err:  # the reports could not be written
         outdir.discard(work)
         raise OutputError(f"cannot write the kernel directory {out}: {err.strerror or err}", where=str(out),
@@ -126,17 +137,24 @@ def generate(
     return result
 
 
+def tuned_candidate(spec: AttentionSpec, target: Target, backend: str) -> Candidate | None:
+    """The tuning database's parameters for this spec, target and backend, as a plan candidate."""
+    entry = tuning.lookup(spec, target.name, backend)
+    return None if entry is None else Candidate(dict(entry.params), tuning.describe(entry))
+
+
 class _Pipeline:
     """One generate run: each step is a method returning a one-line summary or raising."""
 
     def __init__(self, spec: AttentionSpec, target: Target, backend: Backend, out: Path, planner: BuiltinPlanner | GivenPlanner,
-                 interpret: bool | None, progress: Progress | None):
+                 interpret: bool | None, progress: Progress | None, backend_reason: str = ""):
         out.mkdir(parents=True, exist_ok=True)
         self.spec, self.target, self.backend, self.out, self.planner, self.interpret = spec, target, backend, out, planner, interpret
         self.say: Progress = progress or (lambda _event, _text: None)
-        self.result = GenerateResult(spec, target, backend, out)
+        self.result = GenerateResult(spec, target, backend, out, backend_reason=backend_reason)
         self.translation: Translation | None = None
         self.current = "plan"
+        self.misfits: list[tuple[Plan, str]] = []  # compiled plans that did not fit: "spill" or "smem"
 
     @property
     def source_path(self) -> Path:
@@ -197,14 +215,28 @@ class _Pipeline:
                 self.result.rejected.append(f"{_fmt(self.result.plan.params)}: {err}")
                 self.say("info", f"compile: does not fit ({err}); trying the planner's next candidate")
                 last = err
+                reports = self.result.compile_reports
+                if max((r.spill_bytes for r in reports), default=0) >= SPILL_SKIP_BYTES:
+                    self.misfits.append((self.result.plan, "spill"))
+                elif any(r.shared_bytes > self.target.smem_per_block_optin for r in reports):
+                    self.misfits.append((self.result.plan, "smem"))
 
     # ---------------------------------------------------------------- the steps
     def plan(self, plans: Iterator[Plan], last_misfit: DoesNotFitError | None) -> str:
-        p = next(plans, None)
-        if p is None:
-            raise StepFailed("compile", f"no parameter candidate fits {self.target.name}; last: {last_misfit}")
+        while True:
+            p = next(plans, None)
+            if p is None:
+                raise StepFailed("compile", f"no parameter candidate fits {self.target.name}; last: {last_misfit}")
+            self.result.rejected += list(p.rejected)
+            worse = next(((q, why) for q, why in self.misfits if _needs_at_least(p, q, why)), None)
+            if worse is None:
+                break
+            # predicted not to fit from a compile already done: not planned, checked or compiled again
+            q, why = worse
+            what = "registers" if why == "spill" else "shared memory"
+            self.result.rejected.append(f"{_fmt(p.params)}: not compiled: needs at least the {what} of {_fmt(q.params)}, which did not fit {self.target.name}")
+            self.say("info", f"skip: {_fmt(p.params)} needs at least the {what} of {_fmt(q.params)}, which did not fit")
         self.result.plan = p
-        self.result.rejected += list(p.rejected)
         return f"{p.kind} program, {_fmt(p.params)} ({p.reasons[0]})"
 
     def check(self) -> str:
@@ -266,3 +298,29 @@ def _run_record(rep: harness.RunReport) -> dict:
 
 def _fmt(params: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+# A compile that spilled at least this much (32 registers a thread) spills again with tiles as
+# large or fewer warps, whatever the pipeline stages: on h100, fp32 D=64, stages 3/2/1 moved the
+# spills of one tile shape by at most 192 B of 600..6400 B. Smaller spills are compiled again.
+SPILL_SKIP_BYTES = 128
+
+
+def _needs_at_least(p: Plan, q: Plan, why: str) -> bool:
+    """Whether plan ``p`` needs at least the registers (``why`` "spill": tiles as large, warps as
+    few, any stages) or the shared memory ("smem": tiles as large, stages as many) of plan ``q``."""
+    a, b = p.params, q.params
+    if p.kind != q.kind or set(a) != set(b):
+        return False
+    for name, value in a.items():
+        if name in ("BM", "BN") or (name == "stages" and why == "smem"):
+            ok = value >= b[name]
+        elif name == "warps" and why == "spill":
+            ok = value <= b[name]
+        elif name == "stages":
+            ok = True
+        else:
+            ok = value == b[name]
+        if not ok:
+            return False
+    return True

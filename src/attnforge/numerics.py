@@ -72,6 +72,11 @@ def _subnormal_half_spacing(fmt: str) -> float:
     return 2.0 ** (f.min_normal_exp - f.mantissa_bits - 1)
 
 
+def _rows_dot(weights: np.ndarray, per_key: np.ndarray) -> np.ndarray:
+    """sum_k weights[b, h, q, k] * per_key[b, h, k], through BLAS (a batched matrix-vector product)."""
+    return np.matmul(weights, per_key[..., None])[..., 0]
+
+
 def o_row_bound(p: np.ndarray, l: np.ndarray, v: np.ndarray, o: np.ndarray, score_err: np.ndarray, p_fmt: str, out_fmt: str) -> np.ndarray:
     """The error each row of O may carry (B, Hq, Sq), by the model above.
 
@@ -85,13 +90,13 @@ def o_row_bound(p: np.ndarray, l: np.ndarray, v: np.ndarray, o: np.ndarray, scor
     o_norm = np.linalg.norm(o, axis=-1)
     l_safe = np.where(l > 0, l, 1.0)[..., None]
     per_weight = np.maximum(u_p * p, np.where(p > 0, _subnormal_half_spacing(p_fmt) / l_safe, 0.0))
-    rounding = np.einsum("bhqk,bhk->bhq", per_weight**2, v_norm**2) / 3.0 + (u_o * o_norm) ** 2 / 3.0
-    weighted_v = np.einsum("bhqk,bhk->bhq", p, v_norm)  # sum_j p_j |v_j|
+    rounding = _rows_dot(per_weight**2, v_norm**2) / 3.0 + (u_o * o_norm) ** 2 / 3.0
+    weighted_v = _rows_dot(p, v_norm)  # sum_j p_j |v_j|
     visible = (p > 0).sum(axis=-1)
     rounding += visible * (FP32_UNIT * weighted_v) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
         neg_log_p = np.where(p > 0, -np.log(np.where(p > 0, p, 1.0)), 0.0)
-    exp_err = EXP_RELATIVE * weighted_v + EXP_ARGUMENT * np.einsum("bhqk,bhk->bhq", p * neg_log_p, v_norm)
+    exp_err = EXP_RELATIVE * weighted_v + EXP_ARGUMENT * _rows_dot(p * neg_log_p, v_norm)
     scores = 2.0 * score_err * (weighted_v + o_norm)
     return O_ROW_SIGMAS * np.sqrt(rounding) + exp_err + scores
 

@@ -78,6 +78,11 @@ def destination(out: str | Path) -> Path:
     except OSError as err:
         raise AttnforgeError(f"{given}: cannot create its parent directory ({_oserror(err)})", where="--out",
                              hint="give a path in a writable directory") from None
+    try:  # a directory can be made there (/proc is "writable" to root, yet refuses): found now, not after the work
+        os.rmdir(tempfile.mkdtemp(prefix=_prefix(path), dir=path.parent))
+    except OSError as err:
+        raise AttnforgeError(f"{given}: cannot create a directory in {path.parent} ({err.strerror or err})", where="--out",
+                             hint="give a path in a writable directory") from None
     return path
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
+from . import __version__, roofline
 from .tl.printer import print_program
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def report_dict(result: GenerateResult, total_seconds: float) -> dict:
         "spec_summary": result.spec.describe(),
         "target": {"name": result.target.name, "sm": result.target.sm, "product": result.target.product},
         "backend": result.backend.name,
+        "backend_reason": result.backend_reason,
         "versions": _versions(result.backend.versions()),
         "gpu_present": gpu_present(),
         "plan": None if p is None else {"kind": p.kind, "parameters": p.params, "reasons": list(p.reasons)},
@@ -60,6 +61,7 @@ def report_dict(result: GenerateResult, total_seconds: float) -> dict:
         },
         "interpret": result.interpret_runs,
         "compile": [r.to_dict() for r in result.compile_reports],
+        "estimate": [e.to_dict() for e in roofline.estimates(result.spec, result.target, result.compile_reports).values() if e is not None],
         "verification": None if result.verification is None else result.verification.to_dict(),
         "steps": [asdict(s) for s in result.steps],
         "total_seconds": round(total_seconds, 3),
@@ -91,6 +93,7 @@ def report_markdown(d: dict) -> str:
     lines = [f"# attnforge kernel: {d['spec_summary']}", "",
              f"- target: {d['target']['name']} ({d['target']['sm']}, {d['target']['product']}); backend: {d['backend']}",
              f"- status: **{status}**",
+             *([f"- backend chosen: {d['backend_reason']}"] if d.get("backend_reason") else []),
              "- versions: " + ", ".join(f"{k} {v}" for k, v in d["versions"].items()), ""]
     if d["error"]:
         lines += ["## Failure", "", "```", d["error"], "```", ""]
@@ -104,11 +107,20 @@ def report_markdown(d: dict) -> str:
     lines += ["", f"Total {d['total_seconds']:.2f} s" + (f", of which {rejected:.2f} s compiling plans that did not fit" if rejected else "") + ".", ""]
     lines += ["## Files", "", ", ".join(f"`{f}`" for f in d.get("contents", [])), ""]
     if d["compile"]:
-        lines += ["## Compile", "", "| kernel | target | warps | stages | registers | shared KiB | spill B | instructions |", "|---|---|---|---|---|---|---|---|"]
+        estimates = {e["kernel"]: e for e in d.get("estimate", [])}
+        lines += ["## Compile", "", "| kernel | target | warps | stages | registers | shared KiB | spill B | instructions | estimate (roofline, not measured) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in d["compile"]:
-            lines.append(f"| {c['kernel']} | {c['ptx_target']} | {c['num_warps']} | {c['num_stages']} | {c['registers']} | {c['shared_bytes'] / 1024:.1f} | {c['spill_bytes']} | {', '.join(c['instructions'])} |")
+            e = estimates.get(c["kernel"])
+            guess = roofline.short(e) if e else "-"
+            lines.append(f"| {c['kernel']} | {c['ptx_target']} | {c['num_warps']} | {c['num_stages']} | {c['registers']} | {c['shared_bytes'] / 1024:.1f} | {c['spill_bytes']} | {', '.join(c['instructions'])} | {guess} |")
         notes = [n for c in d["compile"] for n in c["notes"]]
         lines += [""] + [f"- {n}" for n in notes] + [""]
+        if estimates:
+            lines += [f"Performance {roofline.WORD}s, not measurements: a roofline from the target table for the spec's own sizes "
+                      "(FLOPs as attention benchmarks count them at the rate of the MMA the kernel uses; Q, K, V read and O, LSE "
+                      "written once at the memory bandwidth): no kernel can take less, real ones take more.", ""]
+            lines += [f"- {k}: {roofline.line(e)}" for k, e in estimates.items()] + [""]
     v = d["verification"]
     if v:
         lines += ["## Verification", "", f"On {v['device']}, {v['dtype']}: {'all pass' if v['passed'] else 'FAILURES'}; max err(O) {v['max_err_o']:.3g}, max err(LSE) {v['max_err_lse']:.3g}.", "",

@@ -22,7 +22,7 @@ from .dtypes import FORMATS, KERNEL_DTYPES, STORAGE_DTYPES
 from .abi import scalar_values
 from .errors import AttnforgeError, SpecError, shorten
 from .reference import alibi_slopes_for
-from .sizes import HEAD_DIM_MAX, HEAD_DIM_MIN, INDEX_MAX
+from .sizes import BM_MIN, GROUP_MAX, HEAD_DIM_MAX, HEAD_DIM_MIN, HEADS_MAX, INDEX_MAX
 from .tl import nodes as n
 from .tl.evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, expr_kind
 from .tl.parser import FUNCTIONS, parse_expr
@@ -146,19 +146,33 @@ def _check_literals(field: str, value: str, expr: n.Expr, allowed: str) -> None:
 
 
 def _check_index_limits(spec: "AttentionSpec") -> None:
-    """Sizes a kernel can index with int32: each size, the batch x heads program rows, and the
-    elements of one head (offsets inside a head are int32)."""
+    """Sizes a kernel can index with int32 (each size, the elements of one head, the program
+    instances of its grid) and the host can hold (heads, and query heads per K/V head, which
+    verification interprets in float64)."""
     hint = "kernels index with int32; split the work into several calls"
     for name in ("batch", "heads", "kv_heads", "seqlen_q", "seqlen_k"):
         if getattr(spec, name) > INDEX_MAX:
             raise SpecError(name, getattr(spec, name), f"an integer in 1..{INDEX_MAX} (2**31 - 1)", hint=hint)
-    if spec.batch * spec.heads > INDEX_MAX:
-        raise SpecError("batch", spec.batch, f"at most {INDEX_MAX // spec.heads} with heads={spec.heads} (batch x heads <= 2**31 - 1)", hint=hint)
+    if spec.heads > HEADS_MAX:
+        raise SpecError("heads", spec.heads, f"an integer in 1..{HEADS_MAX} (2**16)",
+                        hint="one ALiBi slope per head is built and held on the host; models use at most a few hundred heads; split the heads into several calls")
+    group = spec.heads // spec.kv_heads
+    if group > GROUP_MAX:
+        raise SpecError("kv_heads", spec.kv_heads, f"at least heads / {GROUP_MAX} = {-(-spec.heads // GROUP_MAX)} (heads / kv_heads <= {GROUP_MAX})",
+                        hint=f"verification interprets 2 x heads / kv_heads = {2 * group} query heads in float64 at once, more than the interpreter holds")
     width = max(spec.head_dim, spec.head_dim_v)
     for name in ("seqlen_q", "seqlen_k"):
         if getattr(spec, name) * width > INDEX_MAX + 1:
             raise SpecError(name, getattr(spec, name), f"at most {(INDEX_MAX + 1) // width} with head dims {width} (one head's seq x head_dim elements <= 2**31)",
                             hint=hint)
+    # The kernel's grid: one program instance per BM_MIN query rows of each (batch, head), int32-numbered.
+    rows = spec.heads * -(-spec.seqlen_q // BM_MIN)
+    if rows > INDEX_MAX:
+        raise SpecError("seqlen_q", spec.seqlen_q, f"at most {BM_MIN * (INDEX_MAX // spec.heads)} with heads={spec.heads} "
+                        f"(heads x cdiv(seqlen_q, {BM_MIN}) program instances <= 2**31 - 1, int32)", hint=hint)
+    if spec.batch * rows > INDEX_MAX:
+        raise SpecError("batch", spec.batch, f"at most {INDEX_MAX // rows} with heads={spec.heads}, seqlen_q={spec.seqlen_q} "
+                        f"(batch x heads x cdiv(seqlen_q, {BM_MIN}) program instances <= 2**31 - 1, int32)", hint=hint)
 
 
 # ---------------------------------------------------------------- the spec
@@ -263,8 +277,9 @@ class AttentionSpec:
             value = getattr(self, side)
             if value is not None:
                 negative = isinstance(value, int) and not isinstance(value, bool) and value < 0
-                put(side, _check_int(side, value, 0, allowed="None (unbounded) or an integer >= 0",
-                                     hint="use None (not -1) for an unbounded side" if negative else None))
+                put(side, _check_int(side, value, 0, INDEX_MAX, allowed=f"None (unbounded) or an integer in 0..{INDEX_MAX} (2**31 - 1, int32)",
+                                     hint="use None (not -1) for an unbounded side" if negative else
+                                     "kernels read a window side as int32; one of seqlen_q + seqlen_k or more keeps every key, as None (unbounded) does"))
         windowed = self.window_left is not None or self.window_right is not None
         if causal and windowed and self.causal_align == "top_left" and self.seqlen_q != self.seqlen_k:
             # The window is measured from the bottom-right diagonal; with a top-left causal mask and

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -26,6 +27,10 @@ from .reference import lse_error, relative_error
 from .spec import AttentionSpec, alibi_slopes_for
 from .sizes import next_pow2
 from .targets import Target, detect_local_target
+
+# Threads that judge natively run cases at once (float64 references and bounds, mostly in numpy).
+JUDGE_THREADS = 4
+
 
 @dataclass(frozen=True)
 class CaseShape:
@@ -169,8 +174,30 @@ def _row_name(index: tuple[int, ...]) -> str:
     return f"b={index[0]} h={index[1]} row={index[2]}"
 
 
+@dataclass
+class _Launched:
+    """One case after its launch: what the judge needs (tensors on the kernel's device)."""
+
+    shape: CaseShape
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    inputs: list[torch.Tensor]
+    o: torch.Tensor
+    lse: torch.Tensor
+    guards: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # o buffer, outside, lse buffer, outside
+    slopes: np.ndarray | None
+    seconds: float
+    crash: str | None = None
+
+
 def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *, block_rows: int = 128) -> CaseResult:
     """One case; ``block_rows``: the kernel's query block (BM), the deepest a store can overrun."""
+    return _judge(spec, _launch(kernel, spec, shape, seed, block_rows))
+
+
+def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, block_rows: int) -> _Launched:
+    """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised)."""
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator().manual_seed(seed)
@@ -186,25 +213,35 @@ def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *
     if spec.alibi_slopes is not None:
         slopes = np.array(spec.alibi_slopes if shape.Hq == spec.heads else alibi_slopes_for(shape.Hq))
         args["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
-    fmt = _mma_format(spec)
-    tol_o, tol_lse = O_TOLERANCE[fmt], lse_tolerance(fmt)
+    launched = _Launched(shape, q, k, v, inputs, o, lse, (o_buf, o_outside, lse_buf, lse_outside), slopes, 0.0)
     start = time.perf_counter()
     try:
         kernel.launch(q, k, v, o, lse, **args)
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as err:  # a crash is a failed case with its reason, not a lost run
-        return CaseResult(str(shape), math.inf, math.inf, tol_o, tol_lse, time.perf_counter() - start, False, f"{type(err).__name__}: {err}"[:500])
-    seconds = time.perf_counter() - start
+        launched.crash = f"{type(err).__name__}: {err}"[:500]
+    launched.seconds = time.perf_counter() - start
+    return launched
+
+
+def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
+    """The case's outputs against the spec's float64 reference, row by row."""
+    shape, q, k, v = case.shape, case.q, case.k, case.v
+    fmt = _mma_format(spec)
+    tol_o, tol_lse = O_TOLERANCE[fmt], lse_tolerance(fmt)
+    if case.crash is not None:
+        return CaseResult(str(shape), math.inf, math.inf, tol_o, tol_lse, case.seconds, False, case.crash)
+    o_buf, o_outside, lse_buf, lse_outside = case.guards
     problems = []
     if not (_guards_intact(o_buf, o_outside) and _guards_intact(lse_buf, lse_outside)):
         problems.append("wrote outside o or lse (past Sq rows or Dv columns)")
-    if not all(torch.equal(a, b) for a, b in zip(inputs, (q, k, v))):
+    if not all(torch.equal(a, b) for a, b in zip(case.inputs, (q, k, v))):
         problems.append("changed its inputs q, k or v")
     sizes = {"B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk}
     qd, kd, vd = (t.double().cpu().numpy() for t in (q, k, v))
-    ref_o, ref_lse, weights, row_sum = spec_reference(spec, sizes, qd, kd, vd, slopes, weights=True)
-    out_o, out_lse = o.double().cpu().numpy(), lse.double().cpu().numpy()
+    ref_o, ref_lse, weights, row_sum = spec_reference(spec, sizes, qd, kd, vd, case.slopes, weights=True)
+    out_o, out_lse = case.o.double().cpu().numpy(), case.lse.double().cpu().numpy()
     err_o = relative_error(out_o, ref_o)
     err_lse = lse_error(out_lse, ref_lse)
     score_err = score_error_bound(q, k, spec.scale, fmt)
@@ -220,7 +257,7 @@ def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *
         problems.append(f"LSE at {_row_name(where)}: {out_lse[where]:.6g} vs ref {ref_lse[where]:.6g}")
     if not err_o <= tol_o:
         problems.append(f"||O - ref|| / ||ref|| = {err_o:.3g} > {tol_o:g}")
-    return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, seconds, not problems, o_ratio=o_ratio,
+    return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, case.seconds, not problems, o_ratio=o_ratio,
                       worst=problems[0] if problems else f"O closest to its bound at {_row_name(index)} ({o_ratio:.2f} of it)")
 
 
@@ -287,11 +324,21 @@ def verify(
     name = f"cuda:{torch.cuda.get_device_name()}" if native else "cpu (interpreter)"
     mode, ran = what_runs(kernel, target)
     record = VerifyRecord(name, _mma_format(spec), mode=mode, ran=ran)
-    for i, shape in enumerate(shapes):
-        case = run_case(kernel, spec, shape, seed + i, block_rows=params.get("BM", 128))
-        record.cases.append(case)
-        if progress is not None:
-            progress(i + 1, len(shapes), case)
-        if fail_fast and not case.passed:
-            break
+    block_rows = params.get("BM", 128)
+    if not native:  # the interpreter is the slow part: one case at a time, so fail_fast stops early
+        results: Iterator[CaseResult] = (run_case(kernel, spec, shape, seed + i, block_rows=block_rows) for i, shape in enumerate(shapes))
+    else:  # the GPU runs every case first; the float64 judging (numpy, which releases the GIL) overlaps in threads
+        launched = [_launch(kernel, spec, shape, seed + i, block_rows) for i, shape in enumerate(shapes)]
+        pool = ThreadPoolExecutor(max_workers=min(len(launched), JUDGE_THREADS))
+        results = (future.result() for future in [pool.submit(_judge, spec, case) for case in launched])
+    try:
+        for i, case in enumerate(results):
+            record.cases.append(case)
+            if progress is not None:
+                progress(i + 1, len(shapes), case)
+            if fail_fast and not case.passed:
+                break
+    finally:
+        if native:
+            pool.shutdown(cancel_futures=True)
     return record

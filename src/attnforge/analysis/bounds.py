@@ -17,8 +17,8 @@ FLOAT_FUNCS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "tanh", "sigmoid"
 # Functions whose result is non-negative when every argument is.
 _MONOTONE_NONNEG = frozenset({"min", "max", "cdiv", "abs", "exp", "exp2", "sqrt", "sigmoid", "floor", "ceil"})
 
-# Names that index the score tile; their products may pass 2^31.
-INDEX_NAMES = frozenset({"q_idx", "kv_idx", "b", "h"})
+# Names that index the score tile (h_idx: the head of a packed row); their products may pass 2^31.
+INDEX_NAMES = frozenset({"q_idx", "kv_idx", "h_idx", "b", "h"})
 
 
 def is_float(e: n.Expr, floats: set[str] | frozenset[str]) -> bool:

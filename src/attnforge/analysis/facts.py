@@ -50,7 +50,7 @@ def scratch_ranks(program: n.Program) -> dict[str, int]:
 def stmt_exprs(s: n.Stmt) -> list[n.Expr]:
     """The expressions a statement evaluates (not those of its body)."""
     if isinstance(s, n.Allocate):
-        return list(s.shape) + list(s.offset) + ([s.init] if s.init is not None else [])
+        return list(s.shape) + list(s.offset) + ([s.init] if s.init is not None else []) + ([s.pack] if s.pack is not None else [])
     if isinstance(s, n.Copy):
         return list(s.tile or ()) + list(s.coord or ())
     if isinstance(s, n.Elementwise):

@@ -26,6 +26,7 @@ class Tile:
     rows: str | None = None  # the backend's name of the vector of global row indices (q_idx)
     cols: str | None = None  # ... of column indices (kv_idx)
     level: str = "register"
+    heads: str | None = None  # packed rows: ... of each row's index along the packed dimension (h_idx)
 
     @property
     def rank(self) -> int:
@@ -40,6 +41,7 @@ class View:
     extents: tuple[n.Expr, ...]
     offset: tuple[n.Expr, ...]
     fmt: str
+    pack: n.Expr | None = None  # a packed view: row r is slice offset[-1] + r % pack at position r // pack
 
 
 class Scope:

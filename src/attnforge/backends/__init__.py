@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 # name -> "module:class", in the order ``auto`` tries them.
-_REGISTRY = {"triton": "attnforge.backends.triton:TritonBackend"}
+_REGISTRY = {"triton": "attnforge.backends.triton:TritonBackend", "cuda": "attnforge.backends.cuda:CudaBackend"}
 _instances: dict[str, Backend] = {}
 
 
@@ -36,16 +36,48 @@ def get_backend(name: str) -> Backend:
 def choose_backend(name: str, spec: AttentionSpec, target: Target) -> Backend:
     """``name``'s backend, or for ``auto`` the first that can build ``spec`` for ``target``;
     a backend that cannot is refused with its reason."""
-    candidates = names() if name == "auto" else (name,)
+    return choose_backend_and_reason(name, spec, target)[0]
+
+
+def choose_backend_and_reason(name: str, spec: AttentionSpec, target: Target) -> tuple[Backend, str]:
+    """``choose_backend``'s backend and, in one line for the reports, why: asked for by name, or
+    ``auto``'s order for ``target`` (``auto_reason``) and the backends it passed over, with their reasons."""
+    candidates = _auto_order(target) if name == "auto" else (name,)
     reasons = []
     for candidate in candidates:
         backend = get_backend(candidate)
         why = backend.unsupported(spec, target)
         if why is None:
-            return backend
+            if name != "auto":
+                return backend, f"{candidate}: asked for by name"
+            passed = "".join(f"; passed over {r}" for r in reasons)
+            return backend, f"{candidate}: chosen by auto: {auto_reason(target)}{passed}"
         reasons.append(f"{candidate}: {why}")
     raise AttnforgeError(f"no backend builds {spec.describe()} for {target.name}: " + "; ".join(reasons), where="backend",
                          hint="see 'attnforge backends' for what each backend supports")
+
+
+def auto_reason(target: Target) -> str:
+    """Why ``auto`` tries the backends in the order it does for ``target``."""
+    if _auto_order(target)[0] == "cuda":
+        return (f"{target.name} ({target.sm}): Triton emits no tensor-core instructions before sm_80; the CUDA backend's "
+                "mma.sync m16n8k8 kernels use them, and a local GPU can verify them")
+    if target.cc < (8, 0) and "cuda" in _REGISTRY:
+        return (f"Triton first on {target.name} ({target.sm}) without a local GPU: the CUDA backend's tensor-core kernels have no "
+                "CPU interpreter to be verified in (Triton's emit no tensor-core instructions before sm_80; --backend cuda "
+                "builds them, verified only on a GPU)")
+    return "Triton first (verifiable in its CPU interpreter; the faster of the two on every sm_80+ row measured, bench/results/2026-11-30-h200-cuda)"
+
+
+def _auto_order(target: Target) -> tuple[str, ...]:
+    """cuda first on sm_75 when a CUDA GPU is here to verify its kernels natively (it has no CPU
+    interpreter); Triton first everywhere else."""
+    if target.cc < (8, 0) and "cuda" in _REGISTRY:
+        import torch
+
+        if torch.cuda.is_available():
+            return ("cuda",) + tuple(n for n in names() if n != "cuda")
+    return names()
 
 
 def backend_for_directory(directory: Path) -> Backend:
@@ -58,4 +90,4 @@ def backend_for_directory(directory: Path) -> Backend:
                          hint="run 'attnforge generate --out DIR' first; DIR then holds " + " or ".join(get_backend(b).source_file for b in names()))
 
 
-__all__ = ["Backend", "Capabilities", "Kernel", "Translation", "names", "get_backend", "choose_backend", "backend_for_directory"]
+__all__ = ["Backend", "Capabilities", "Kernel", "Translation", "names", "get_backend", "choose_backend", "choose_backend_and_reason", "auto_reason", "backend_for_directory"]

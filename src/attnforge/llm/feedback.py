@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 from ..errors import Position, TLSyntaxError
 from ..tl.findings import CheckResult, Finding
-from ..tl.harness import RunReport
+from ..tl.harness import RunReport, format_tolerance
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -91,10 +91,10 @@ def format_runs(reports: Iterable[RunReport]) -> str:
 
 def _rel(err: float, tol: float) -> str:
     if err != err:  # NaN: something read uninitialised or divided 0 by 0
-        return f"NaN (tolerance {tol:.0e}): some values are not numbers"
+        return f"NaN (tolerance {format_tolerance(tol)}): some values are not numbers"
     if err == float("inf"):
-        return f"inf (tolerance {tol:.0e})"
-    return f"{err:.2e} against a tolerance of {tol:.0e} ({err / tol:.3g}x over)" if tol > 0 else f"{err:.2e}"
+        return f"inf (tolerance {format_tolerance(tol)})"
+    return f"{err:.2e} against a tolerance of {format_tolerance(tol)} ({err / tol:.3g}x over)" if tol > 0 else f"{err:.2e}"
 
 
 def tl_feedback(source: str, *, check: CheckResult | None = None, syntax_error: TLSyntaxError | None = None,

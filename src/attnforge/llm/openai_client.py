@@ -9,28 +9,20 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from . import redact, sdk
+from . import redact
 from .config import Settings
 from .errors import LLMError
 from .messages import Completion, Message, as_messages, check_max_tokens, estimate_tokens
-from .retry import RetryPolicy, with_retries
+from .sdk import SDKClient
 
 
-class OpenAIClient:
+class OpenAIClient(SDKClient):
     """``complete(messages, max_tokens=)`` against a chat-completions endpoint."""
 
+    PACKAGE, CLIENT, SERVICE = "openai", "OpenAI", "the OpenAI API"
+
     def __init__(self, settings: Settings, *, on_event: Callable[[str], None] | None = None):
-        self._openai = sdk.require("openai")
-        self.spec = settings.spec
-        self.model = settings.model
-        self.timeout_s = settings.timeout_s
-        self._key_source = settings.key_source
-        self._where = f"{settings.spec} at {redact.display_url(settings.base_url) or 'the OpenAI API'}"
-        self._policy = RetryPolicy(retries=settings.retries, max_wait_s=settings.max_wait_s)
-        self._on_event = on_event
-        # Retries are ours (retry.py), so the SDK's are off.
-        self._sdk = self._openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url,
-                                        timeout=settings.timeout_s, max_retries=0)
+        super().__init__(settings, on_event=on_event)
         # OpenAI's reasoning models take max_completion_tokens and refuse max_tokens; switched on
         # the first such refusal.
         self._token_param = "max_tokens"
@@ -39,7 +31,7 @@ class OpenAIClient:
         msgs = as_messages(messages)
         check_max_tokens(max_tokens)
         start = time.monotonic()
-        response = with_retries(lambda: self._once(msgs, max_tokens), self._policy, where=self._where, on_wait=self._on_event)
+        response = self._request(lambda: self._once(msgs, max_tokens))
         return self._completion(response, time.monotonic() - start, msgs, max_tokens)
 
     def _once(self, msgs: list[Message], max_tokens: int) -> Any:
@@ -47,16 +39,16 @@ class OpenAIClient:
             return self._sdk.chat.completions.create(model=self.model, messages=[m.to_dict() for m in msgs],
                                                      **{self._token_param: max_tokens})
         try:
-            return sdk.call(send, self._openai, where=self._where, timeout_s=self.timeout_s, key_source=self._key_source)
+            return self._call(send)
         except LLMError as err:
             if self._token_param == "max_tokens" and "max_completion_tokens" in err.message and "HTTP 400" in err.message:
                 self._token_param = "max_completion_tokens"
-                return sdk.call(send, self._openai, where=self._where, timeout_s=self.timeout_s, key_source=self._key_source)
+                return self._call(send)
             raise
 
     def _completion(self, response: Any, seconds: float, msgs: list[Message], max_tokens: int) -> Completion:
         where = self._where
-        if not isinstance(response, self._openai.types.chat.ChatCompletion):
+        if not isinstance(response, self._module.types.chat.ChatCompletion):
             raise LLMError(f"the server's answer is not a chat completion: {redact.scrub(str(response))[:200]!r}",
                            where=where, hint="is the base URL an OpenAI-compatible endpoint (ending in /v1)?")
         if not response.choices:
@@ -72,12 +64,8 @@ class OpenAIClient:
                            hint="rephrase the request or use another model")
         if finish == "content_filter":
             raise LLMError("the provider's content filter stopped the answer", where=where, hint="use another model or provider")
-        text = message.content or ""
-        if not text.strip():
-            if finish == "length":
-                raise LLMError(f"the answer was cut off at max_tokens={max_tokens} before any text", where=where,
-                               hint="raise max_tokens (reasoning models spend tokens before they answer)")
-            raise LLMError("the answer has no text", where=where, hint="try again, or another model")
+        text = self._text(message.content or "", cut_off=finish == "length", max_tokens=max_tokens,
+                          hint="raise max_tokens (reasoning models spend tokens before they answer)")
         usage = response.usage
         if usage is not None and usage.prompt_tokens is not None and usage.completion_tokens is not None:
             tokens, estimated = (int(usage.prompt_tokens), int(usage.completion_tokens)), False

@@ -88,6 +88,14 @@ class LLMOptions:
             raise AttnforgeError(f"--optimize {self.optimize!r} is not a number of rounds >= 0", where="--optimize")
         if not self.sandbox_timeout_s > 0:
             raise AttnforgeError(f"--sandbox-timeout {self.sandbox_timeout_s!r} is not > 0", where="--sandbox-timeout")
+        if self.backend == "cuda" and (self.translate == "llm" or self.mode == "direct"):
+            what = "--translate llm" if self.translate == "llm" else "--mode direct"
+            raise AttnforgeError(f"{what} with the cuda backend (--backend cuda, or auto's choice for this target) is not "
+                                 "supported yet: a model writes Triton modules only; a "
+                                 "model-written CUDA file would need a static gate of its own (inline PTX, raw pointers) "
+                                 "before it runs", where="--backend",
+                                 hint="use --backend triton, or --mode tl --translate builtin (the model writes the TL, attnforge's CUDA "
+                                      "backend translates it); 'attnforge backends --manual cuda' prints the CUDA translation manual")
         if not self.verify and (self.mode != "tl" or self.translate == "llm"):
             raise AttnforgeError("--no-verify works with --mode tl --translate builtin only", where="--no-verify",
                                  hint="a module written by a model is accepted only once it is verified in the sandbox")

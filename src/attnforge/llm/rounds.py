@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from .errors import BudgetExceeded, LLMError
 from .messages import Completion, Message
 from .tracked import Tracked
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 DEFAULT_MAX_ROUNDS = 4  # answers judged per stage
 DEFAULT_MAX_TOKENS = 16000  # the longest answer asked for
 
@@ -66,6 +67,32 @@ def ask(llm: Tracked, messages: Sequence[Message], max_tokens: int, record: Roun
         raise
     _count(record, answer)
     return answer
+
+
+def check_max_rounds(max_rounds: object) -> None:
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise LLMError(f"max_rounds = {max_rounds!r} is not a positive integer", where="--max-rounds", hint="e.g. 4")
+
+
+def play(llm: Tracked, messages: list[Message], max_tokens: int, record: Round,
+         judge: Callable[[str], tuple[str, T]], say: Say) -> tuple[str, T | None, str | None]:
+    """One round of a loop: the model's answer to ``messages`` (appended to them), judged by
+    ``judge(text) -> (feedback, what next)`` with its time in ``record.gate_seconds``, the
+    round's line said. Returns (feedback, what next, None), or ("", None, a one-line error)
+    when the request failed."""
+    try:
+        answer = ask(llm, messages, max_tokens, record)
+    except LLMError as err:
+        say(record.line())
+        return "", None, f"round {record.number}: the request failed: {err.render()}"
+    messages.append(Message("assistant", answer.text))
+    start = time.monotonic()
+    feedback, after = judge(answer.text)
+    record.gate_seconds = round(time.monotonic() - start, 3)
+    if record.failure and not record.note:
+        record.note = headline(feedback)[:200]
+    say(record.line())
+    return feedback, after, None
 
 
 def _count(record: Round, answer: Completion) -> None:

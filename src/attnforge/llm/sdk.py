@@ -13,8 +13,9 @@ from types import ModuleType
 from typing import Any, Callable, TypeVar
 
 from . import redact
+from .config import Settings
 from .errors import LLMError
-from .retry import Transient, is_transient, retry_after_seconds
+from .retry import RetryPolicy, Transient, is_transient, retry_after_seconds, with_retries
 
 T = TypeVar("T")
 PIP_EXTRA = 'pip install "attnforge[llm]"'
@@ -84,3 +85,43 @@ def call(fn: Callable[[], T], sdk: ModuleType, *, where: str, timeout_s: float, 
                        where=where, hint="is the base URL an API endpoint (not a web page or a proxy error)?") from None
     except sdk.APIError as err:  # the SDKs' remaining failures (e.g. a malformed stream)
         raise LLMError(redact.scrub(str(err))[:300], where=where) from None
+
+
+class SDKClient:
+    """What the openai and anthropic clients share: the SDK imported (or how to install it), its
+    client made with the SDK's retries off (ours are ``retry.py``'s) and an explicit timeout
+    (which also stops the anthropic SDK refusing a large max_tokens without streaming), where
+    messages say they come from, and ``_request``: one request, its failures mapped by ``call``
+    and retried by ``with_retries``."""
+
+    PACKAGE = ""  # the SDK's module: "openai" or "anthropic"
+    CLIENT = ""  # its client class: "OpenAI" or "Anthropic"
+    SERVICE = ""  # what the default base URL is, for messages: "the OpenAI API"
+
+    def __init__(self, settings: Settings, *, on_event: Callable[[str], None] | None = None):
+        self._module = require(self.PACKAGE)
+        self.spec = settings.spec
+        self.model = settings.model
+        self.timeout_s = settings.timeout_s
+        self._key_source = settings.key_source
+        self._where = f"{settings.spec} at {redact.display_url(settings.base_url) or self.SERVICE}"
+        self._policy = RetryPolicy(retries=settings.retries, max_wait_s=settings.max_wait_s)
+        self._on_event = on_event
+        self._sdk = getattr(self._module, self.CLIENT)(api_key=settings.api_key, base_url=settings.base_url,
+                                                        timeout=settings.timeout_s, max_retries=0)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` once, the SDK's exceptions as LLMErrors."""
+        return call(fn, self._module, where=self._where, timeout_s=self.timeout_s, key_source=self._key_source)
+
+    def _request(self, fn: Callable[[], T]) -> T:
+        """``fn()`` with retries on 429/5xx (``fn`` makes one request through ``_call``)."""
+        return with_retries(fn, self._policy, where=self._where, on_wait=self._on_event)
+
+    def _text(self, text: str, *, cut_off: bool, max_tokens: int, hint: str = "raise max_tokens") -> str:
+        """An answer's text, or an LLMError saying why there is none (``cut_off``: at max_tokens)."""
+        if not text.strip():
+            if cut_off:
+                raise LLMError(f"the answer was cut off at max_tokens={max_tokens} before any text", where=self._where, hint=hint)
+            raise LLMError("the answer has no text", where=self._where, hint="try again, or another model")
+        return text

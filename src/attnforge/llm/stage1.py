@@ -20,7 +20,6 @@ budget); a build failure that no answer can fix (``Built.retry`` False).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,7 +29,7 @@ from . import prompts
 from .errors import LLMError
 from .extract import extract_code
 from .messages import Message
-from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, ask, headline
+from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, check_max_rounds, headline, play
 from .tl_judge import TLVerdict, judge_program, judge_sketch
 from .tracked import Tracked
 
@@ -62,8 +61,7 @@ class Stage1Result:
 def write_tl(llm: Tracked, spec: AttentionSpec, target: Target, *, max_rounds: int = DEFAULT_MAX_ROUNDS,
              max_tokens: int = DEFAULT_MAX_TOKENS, build: Build | None = None, say: Say | None = None) -> Stage1Result:
     """Ask ``llm`` for a TL program for ``spec`` on ``target`` until one passes every gate (see the module doc)."""
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise LLMError(f"max_rounds = {max_rounds!r} is not a positive integer", where="--max-rounds", hint="e.g. 4")
+    check_max_rounds(max_rounds)
     say = say or (lambda _line: None)
     result = Stage1Result(False)
     messages = [Message("user", prompts.sketch_prompt(spec, target))]
@@ -71,20 +69,9 @@ def write_tl(llm: Tracked, spec: AttentionSpec, target: Target, *, max_rounds: i
     while len(result.rounds) < max_rounds:
         r = Round(len(result.rounds) + 1, "tl", prompt)
         result.rounds.append(r)
-        try:
-            answer = ask(llm, messages, max_tokens, r)
-        except LLMError as err:
-            say(r.line())
-            result.error = f"round {r.number}: the request failed: {err.render()}"
-            return result
-        messages.append(Message("assistant", answer.text))
-        start = time.monotonic()
-        feedback, next_prompt = _judge(answer.text, spec, target, phase, r, result, build)
-        r.gate_seconds = round(time.monotonic() - start, 3)
-        if r.failure and not r.note:
-            r.note = headline(feedback)[:200]
-        say(r.line())
-        if result.ok:
+        feedback, next_prompt, failed = play(llm, messages, max_tokens, r, lambda text: _judge(text, spec, target, phase, r, result, build), say)
+        if failed is not None or result.ok:
+            result.error = failed
             return result
         if next_prompt == "stage1_params":
             phase = "params"

@@ -17,7 +17,6 @@ first verified module, after ``max_rounds`` answers, or when a request fails.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from ..spec import AttentionSpec
@@ -27,7 +26,7 @@ from .errors import LLMError, SandboxError, UnsafeCodeError
 from .extract import extract_code
 from .kernel_jobs import ModuleVerdict, verify_module
 from .messages import Message
-from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, ask, headline
+from .rounds import DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TOKENS, Round, Say, check_max_rounds, headline, play
 from .sandbox import Limits, run_untrusted
 from .tracked import Tracked
 
@@ -55,8 +54,7 @@ def write_kernel(llm: Tracked, spec: AttentionSpec, target: Target, *, tl_source
     """Ask ``llm`` for a Triton module: a translation of ``tl_source`` (stage 2), or with
     ``tl_source=None`` a module straight from the spec (the direct baseline). ``params``: the
     TL program's tile sizes, which size the verification shapes (none for direct modules)."""
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise LLMError(f"max_rounds = {max_rounds!r} is not a positive integer", where="--max-rounds", hint="e.g. 4")
+    check_max_rounds(max_rounds)
     say = say or (lambda _line: None)
     stage = "translate" if tl_source is not None else "direct"
     first = prompts.translate_prompt(spec, target, tl_source) if tl_source is not None else prompts.direct_prompt(spec, target)
@@ -67,20 +65,10 @@ def write_kernel(llm: Tracked, spec: AttentionSpec, target: Target, *, tl_source
     for i in range(max_rounds):
         r = Round(first_number + i, stage, prompt)
         result.rounds.append(r)
-        try:
-            answer = ask(llm, messages, max_tokens, r)
-        except LLMError as err:
-            say(r.line())
-            result.error = f"round {r.number}: the request failed: {err.render()}"
-            return result
-        messages.append(Message("assistant", answer.text))
-        start = time.monotonic()
-        feedback = _judge(answer.text, spec, target, params or {}, limits, interpret, r, result)
-        r.gate_seconds = round(time.monotonic() - start, 3)
-        if r.failure and not r.note:
-            r.note = headline(feedback)[:200]
-        say(r.line())
-        if result.ok:
+        feedback, _, failed = play(llm, messages, max_tokens, r,
+                                   lambda text: (_judge(text, spec, target, params or {}, limits, interpret, r, result), None), say)
+        if failed is not None or result.ok:
+            result.error = failed
             return result
         last = f"{r.failure}: {headline(feedback)}"
         messages.append(Message("user", prompts.feedback_prompt(feedback, language="python", round=r.number)))

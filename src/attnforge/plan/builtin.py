@@ -26,7 +26,8 @@ from ..targets import Target, tma_can_read
 from ..tl import nodes as n
 from ..tl.checker import check
 from ..tl.findings import CheckResult
-from ..tl.parser import parse
+from ..tl.parser import parse, parse_expr
+from ..tl.printer import expr as show_expr
 
 
 
@@ -51,6 +52,51 @@ class Candidate:
 
 
 # ------------------------------------------------------------------------------ TL text
+
+# Packed GQA: the query heads of one K/V head hk and their positions are the rows of one tile,
+# row r = (head hk * G + r % G, position r // G) with G = Hq // Hkv (heads fastest, as
+# FlashAttention-3's pack_gqa and FlashInfer order them: a tile spans few positions, so causal and
+# window loop bounds stay tight, and padding rows still name heads of the group). K/V tiles are then
+# read once per group instead of once per query head. Used where a head's own rows would leave
+# most of an MMA tile empty: decode and small Sq (speculative decoding), when G > 1.
+PACK_MAX_SQ = 16
+_G = "Hq // Hkv"
+_PACKED_ROWS = f"{_G} * Sq"  # the M extent of a packed view: every (head, position) pair of the group
+_GROUP_HEAD = f"hk * ({_G})"  # the first query head of K/V head hk
+
+
+def packs_gqa(spec: AttentionSpec) -> bool:
+    """Whether the planner packs the query heads of a K/V group into the rows of a tile: group
+    size > 1 and Sq <= PACK_MAX_SQ (decode, speculative decoding)."""
+    return spec.group_size > 1 and spec.seqlen_q <= PACK_MAX_SQ
+
+
+def _positions(packed: bool) -> tuple[str, str]:
+    """The first query position of block m and one past its last (packed: rows r // G)."""
+    if packed:
+        return f"m * BM // ({_G})", f"cdiv((m + 1) * BM, {_G})"
+    return "m * BM", "(m + 1) * BM"
+
+
+def _rename_h(e: n.Expr) -> n.Expr:
+    """``e`` with the query head ``h`` read as ``h_idx`` (each packed row's head)."""
+    if isinstance(e, n.Name):
+        return n.Name("h_idx") if e.id == "h" else e
+    if isinstance(e, n.Unary):
+        return n.Unary(e.op, _rename_h(e.operand))
+    if isinstance(e, n.Binary):
+        return n.Binary(e.op, _rename_h(e.left), _rename_h(e.right))
+    if isinstance(e, n.Call):
+        return n.Call(e.func, tuple(_rename_h(a) for a in e.args))
+    if isinstance(e, n.Index):
+        return n.Index(e.name, tuple(_rename_h(a) for a in e.args))
+    return e
+
+
+def _per_row_head(text: str, packed: bool) -> str:
+    """A spec modifier as the kernel reads it: with packed rows the head is each row's h_idx."""
+    return show_expr(_rename_h(parse_expr(text))) if packed else text
+
 
 def _diag(spec: AttentionSpec) -> str:
     """Where query i's diagonal meets the keys: bottom-right (i + Sk - Sq) or top-left (i)."""
@@ -80,23 +126,24 @@ def _scalars(spec: AttentionSpec) -> list[str]:
     return list(scalar_values(spec))
 
 
-def _key_range(spec: AttentionSpec) -> tuple[str, str]:
+def _key_range(spec: AttentionSpec, packed: bool = False) -> tuple[str, str]:
     """First and one-past-last K/V rows query block m can see: tiles outside are never loaded."""
+    first, end = _positions(packed)
     lo = "0"
     if spec.window_left is not None:
-        lo = "max(0, m * BM + Sk - Sq - window_left)"
+        lo = f"max(0, {first} + Sk - Sq - window_left)"
     his = []
     if spec.causal:
-        his.append("(m + 1) * BM + Sk - Sq" if spec.causal_align == "bottom_right" else "(m + 1) * BM")
+        his.append(f"{end} + Sk - Sq" if spec.causal_align == "bottom_right" else end)
     if spec.window_right is not None:
-        his.append("(m + 1) * BM + Sk - Sq + window_right")
+        his.append(f"{end} + Sk - Sq + window_right")
     hi = "Sk"
     for h in his:
         hi = f"min({hi}, {h})"
     return lo, hi
 
 
-def _keep(spec: AttentionSpec) -> str:
+def _keep(spec: AttentionSpec, packed: bool = False) -> str:
     conds = ["kv_idx < Sk"]
     if spec.causal:
         conds.append(f"kv_idx <= {_diag(spec)}")
@@ -105,19 +152,19 @@ def _keep(spec: AttentionSpec) -> str:
     if spec.window_right is not None:
         conds.append("kv_idx <= q_idx + Sk - Sq + window_right")
     if spec.mask_mod is not None:
-        conds.append(f"({spec.mask_mod})")
+        conds.append(f"({_per_row_head(spec.mask_mod, packed)})")
     return " and ".join(conds)
 
 
-def _score_mods(spec: AttentionSpec) -> list[str]:
+def _score_mods(spec: AttentionSpec, packed: bool = False) -> list[str]:
     """In the reference's order: scale, softcap, ALiBi, score_mod (then the masks)."""
     mods = []
     if spec.softcap is not None:
         mods.append("softcap * tanh(score / softcap)")
     if spec.alibi_slopes is not None:
-        mods.append("score - alibi_slopes[h] * abs(q_idx + Sk - Sq - kv_idx)")
+        mods.append(f"score - alibi_slopes[{'h_idx' if packed else 'h'}] * abs(q_idx + Sk - Sq - kv_idx)")
     if spec.score_mod is not None:
-        mods.append(spec.score_mod)
+        mods.append(_per_row_head(spec.score_mod, packed))
     return mods
 
 
@@ -156,7 +203,7 @@ def _tile_loops(spec: AttentionSpec, first: str, last: str, split: bool = True) 
     return _tile_loop(spec, f"0 : {full}", masked=False) + _tile_loop(spec, f"{full} : {last}")
 
 
-def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True) -> list[str]:
+def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True, packed: bool = False) -> list[str]:
     """The K/V loop body: scores, modifiers, mask, online softmax, P @ V."""
     mma = "tf32" if spec.allow_tf32 else "qkv"
     body = [
@@ -167,9 +214,9 @@ def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True) -> list[st
     if spec.allow_tf32:
         body.append("    Compute Cast Kr to tf32")
     body += ["    Compute GEMM Qr, Kr^T and get S", "    Compute Multiply S, scale"]
-    body += [f"    Compute ScoreMod S with {m}" for m in _score_mods(spec)]
+    body += [f"    Compute ScoreMod S with {m}" for m in _score_mods(spec, packed)]
     if masked:
-        body.append(f"    Compute Mask S keep {_keep(spec)}")
+        body.append(f"    Compute Mask S keep {_keep(spec, packed)}")
     body += [
         "    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
         f"    Compute Cast P to {mma}",
@@ -183,13 +230,24 @@ def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True) -> list[st
     return body
 
 
-def _views(out_o: str, out_lse: str) -> list[str]:
-    return [
-        "Allocate Q in global (Sq, D) at q[b, h]",
-        "Allocate K in global (Sk, D) at k[b, h // (Hq // Hkv)]",
-        "Allocate V in global (Sk, Dv) at v[b, h // (Hq // Hkv)]",
-        f"Allocate O in global (Sq, Dv) at {out_o}",
-        f"Allocate LSE in global (Sq) at {out_lse}",
+def _views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
+    if packed:  # the rows of K/V head hk's query heads, packed (see PACK_MAX_SQ)
+        views = [
+            f"Allocate Q in global ({_PACKED_ROWS}, D) at q[b, {_GROUP_HEAD}] pack {_G}",
+            "Allocate K in global (Sk, D) at k[b, hk]",
+            "Allocate V in global (Sk, Dv) at v[b, hk]",
+            f"Allocate O in global ({_PACKED_ROWS}, Dv) at {out_o} pack {_G}",
+            f"Allocate LSE in global ({_PACKED_ROWS}) at {out_lse} pack {_G}",
+        ]
+    else:
+        views = [
+            "Allocate Q in global (Sq, D) at q[b, h]",
+            "Allocate K in global (Sk, D) at k[b, h // (Hq // Hkv)]",
+            "Allocate V in global (Sk, Dv) at v[b, h // (Hq // Hkv)]",
+            f"Allocate O in global (Sq, Dv) at {out_o}",
+            f"Allocate LSE in global (Sq) at {out_lse}",
+        ]
+    return views + [
         "Allocate Qs in shared (BM, D) : qkv",
         "Allocate Ks in shared (BN, D) : qkv",
         "Allocate Vs in shared (BN, Dv) : qkv",
@@ -209,17 +267,17 @@ _EPILOGUE = [
 ]
 
 
-def _visible_tiles(spec: AttentionSpec) -> tuple[str, str]:
+def _visible_tiles(spec: AttentionSpec, packed: bool = False) -> tuple[str, str]:
     """The first K/V tile and one past the last that query block m can see."""
-    lo, hi = _key_range(spec)
+    lo, hi = _key_range(spec, packed)
     first = "0" if lo == "0" else f"{lo} // BN"
     last = "cdiv(Sk, BN)" if hi == "Sk" else f"cdiv(max(0, {hi}), BN)"
     return first, last
 
 
-def _query_block(spec: AttentionSpec, out_o: str, out_lse: str) -> list[str]:
+def _query_block(spec: AttentionSpec, out_o: str, out_lse: str, packed: bool = False) -> list[str]:
     """Views, state and the query tile (cast for tf32 GEMMs when the spec allows them)."""
-    return _views(out_o, out_lse) + (["Compute Cast Qr to tf32"] if spec.allow_tf32 else [])
+    return _views(out_o, out_lse, packed) + (["Compute Cast Qr to tf32"] if spec.allow_tf32 else [])
 
 
 def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int], split: bool = True) -> str:
@@ -237,6 +295,8 @@ def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int], 
 def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """Split-KV decode: NSPLIT programs per (batch, head) each take a share of the visible key
     tiles and write a partial O and LSE; a combine kernel merges them with the online softmax."""
+    if packs_gqa(spec):
+        return packed_decode_source(spec, target, params)
     first, last = _visible_tiles(spec)
     share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
     comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
@@ -258,6 +318,45 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
         "for s = 0 : NSPLIT",
         "    Allocate O_s in global (Sq, Dv) at o_part[b, h, s]",
         "    Allocate LSE_s in global (Sq) at lse_part[b, h, s]",
+        "    Copy LSE_s (BM) at [m] from global to register lse_s",
+        "    Copy O_s (BM, Dv) at [m, 0] from global to register o_s",
+        "    Compute OnlineSoftmax lse_s state m_i, l_i rescale O_acc and get w",
+        "    Compute Multiply o_s, w and get o_w",
+        "    Compute Add O_acc, o_w",
+        "end",
+        *_EPILOGUE,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+    """Split-KV decode with packed GQA: the programs of K/V head hk hold all its query heads'
+    rows (pack Hq // Hkv), so each K/V tile is read once per group; the partial results are
+    laid out (B, NSPLIT, Hq, Sq) so that the combine kernel reads them packed too."""
+    first, last = _visible_tiles(spec, packed=True)
+    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
+    comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
+    scratch = ["scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"]
+    grid = f"m : cdiv({_PACKED_ROWS}, BM)"
+    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
+             "# Packed GQA: one program holds the rows of every query head of K/V head hk (row r: head",
+             "# hk * G + r % G at position r // G, G = Hq // Hkv), so each K/V tile is read once per group.",
+             "# Split-KV: NSPLIT programs per (batch, K/V head) each reduce a share of the visible K/V tiles to",
+             "# a partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
+             *_header("attn_decode_partial", spec, target, params), f"grid b : B, hk : Hkv, s : NSPLIT, {grid}", *scratch, ""]
+    lines += _query_block(spec, f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]", packed=True)
+    lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
+    lines += _EPILOGUE
+    lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
+    lines += [
+        f"Allocate O in global ({_PACKED_ROWS}, Dv) at o[b, {_GROUP_HEAD}] pack {_G}",
+        f"Allocate LSE in global ({_PACKED_ROWS}) at lse[b, {_GROUP_HEAD}] pack {_G}",
+        "Allocate m_i in register (BM) : acc = -inf",
+        "Allocate l_i in register (BM) : acc = 0",
+        "Allocate O_acc in register (BM, Dv) : acc = 0",
+        "for s = 0 : NSPLIT",
+        f"    Allocate O_s in global ({_PACKED_ROWS}, Dv) at o_part[b, s, {_GROUP_HEAD}] pack {_G}",
+        f"    Allocate LSE_s in global ({_PACKED_ROWS}) at lse_part[b, s, {_GROUP_HEAD}] pack {_G}",
         "    Copy LSE_s (BM) at [m] from global to register lse_s",
         "    Copy O_s (BM, Dv) at [m, 0] from global to register o_s",
         "    Compute OnlineSoftmax lse_s state m_i, l_i rescale O_acc and get w",
@@ -312,6 +411,8 @@ def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
 
 
 def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+    if packs_gqa(spec):
+        return _packed_candidates(spec, target)
     bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
     tiles = math.ceil(spec.seqlen_k / bn)
     programs = spec.batch * spec.heads
@@ -325,13 +426,33 @@ def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     return out
 
 
+def _packed_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+    """Packed GQA, split-KV: BM covers the group's G * Sq rows (16..64), NSPLIT fills the SMs."""
+    bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+    rows = spec.group_size * spec.seqlen_q
+    bm = min(64, max(16, 1 << (rows - 1).bit_length()))
+    tiles = math.ceil(spec.seqlen_k / bn)
+    programs = spec.batch * spec.kv_heads * math.ceil(rows / bm)
+    nsplit = max(1, min(tiles, math.ceil(2 * target.sm_count / programs), 64))
+    nsplit = 1 << (nsplit - 1).bit_length() if nsplit > 1 else 1
+    why = (f"packed GQA: the {spec.group_size} query heads of a K/V head x Sq={spec.seqlen_q} in BM={bm} rows, so K/V are read once per group; "
+           f"split-KV with NSPLIT={nsplit} so B*Hkv*NSPLIT programs cover {target.sm_count} SMs about twice")
+    out = [Candidate(dict(BM=bm, BN=bn, NSPLIT=nsplit, warps=4, stages=2), why)]
+    if bn > 16:
+        out.append(Candidate(dict(BM=bm, BN=bn // 2, NSPLIT=nsplit, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
+    while bm > 16:
+        bm //= 2
+        out.append(Candidate(dict(BM=bm, BN=max(16, bn // 2), NSPLIT=nsplit, warps=4, stages=1), "fewer packed rows per program to fit registers"))
+    return out
+
+
 def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> tuple[str, list[Candidate]]:
     """The kind of program and its parameter candidates, best first. With ``tma`` (and a target
     and head dims that allow it, and a backend that does not refuse it) q/k/v tiles are read
     through TMA descriptors: 0.72-0.78x cuDNN against 0.54-0.64x with pointer loads, measured on
     the H200 (bench/RESULTS.md). ``refused``: strategies the backend rules out on ``target``."""
-    kind = "decode" if spec.is_decode else "prefill"
-    cands = _decode_candidates(spec, target) if spec.is_decode else _prefill_candidates(spec, target)
+    kind = "decode" if spec.is_decode or packs_gqa(spec) else "prefill"  # packed small-Sq prefill: the split-KV pair too
+    cands = _decode_candidates(spec, target) if kind == "decode" else _prefill_candidates(spec, target)
     if tma and tma_usable(spec, target) and "tma" not in refused:
         cands = [Candidate({**c.params, "tma": 1}, c.reason + "; q/k/v through TMA descriptors") for c in cands]
     return kind, cands
@@ -341,10 +462,12 @@ def source_for(spec: AttentionSpec, target: Target, kind: str, params: dict[str,
     return decode_source(spec, target, params) if kind == "decode" else prefill_source(spec, target, params)
 
 
-def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> Iterator[Plan]:
+def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = (),
+          prefer: Candidate | None = None) -> Iterator[Plan]:
     """Every candidate whose TL program the checker accepts for ``target``, best first; each
     plan lists the candidates the checker refused since the previous one (``Plan.rejected``).
-    The caller takes the next plan when the compiler finds one does not fit.
+    The caller takes the next plan when the compiler finds one does not fit. ``prefer``: a
+    candidate to offer first (the tuning database's), before the rules' own.
 
     Raises TLCheckError with a candidate's findings when the checker refuses it for a reason
     smaller tiles cannot fix (a dtype the target's tensor cores lack), or when no candidate passes."""
@@ -352,6 +475,8 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
         raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " for generated kernels",
                         hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
     kind, cands = candidates(spec, target, tma=tma, refused=refused)
+    if prefer is not None and not (prefer.params.get("tma") and (not tma or "tma" in refused)):
+        cands = [prefer] + [c for c in cands if c.params != prefer.params]
     rejected: list[str] = []
     yielded = False
     last = None
@@ -381,11 +506,11 @@ class BuiltinPlanner:
 
     name = "builtin"
 
-    def __init__(self, *, tma: bool = True):
-        self.tma = tma
+    def __init__(self, *, tma: bool = True, prefer: Candidate | None = None):
+        self.tma, self.prefer = tma, prefer
 
     def plans(self, spec: AttentionSpec, target: Target, refused: Collection[str] = ()) -> Iterator[Plan]:
-        return plans(spec, target, tma=self.tma, refused=refused)
+        return plans(spec, target, tma=self.tma, refused=refused, prefer=self.prefer)
 
 
 def _fmt(params: dict[str, int]) -> str:

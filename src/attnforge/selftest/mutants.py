@@ -20,7 +20,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", causal=True), "h100"),
     "window": (AttentionSpec(heads=2, head_dim=32, dtype="fp16", window_left=20, window_right=9), "a100"),
     "alibi": (AttentionSpec(heads=4, head_dim=32, dtype="fp16", causal=True, causal_align="top_left", alibi_slopes="auto", softcap=5.0), "a100"),
-    "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),
+    "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),  # packed GQA (G = 2)
+    # speculative decoding: Sq = 4 queries of G = 2 heads packed per K/V head, causal, ALiBi per packed row
+    "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
 }
 
 
@@ -28,7 +30,10 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 class Mutant:
     name: str
     spec: str  # a key of SPECS
-    where: str  # "tl" (kernel.tl, put through every gate) or "kernel" (the generated source, verified)
+    # "tl" (kernel.tl, put through every gate), "kernel" (the generated source, verified) or
+    # "model" (the generated source rewritten as a model writes it, ``model_style``, and judged as
+    # a model's module is: the LLM path's static gate, then verification in the sandbox)
+    where: str
     old: str  # a regular expression that must match exactly once in that text
     new: str  # its replacement (re.sub syntax)
     what: str  # the bug, in words
@@ -93,6 +98,14 @@ MUTANTS: tuple[Mutant, ...] = (
            r"for j = 0 + s * \1 + 1 :", "each split skips its first K/V tile"),
     Mutant("decode_combine_normalize_dropped", "decode", "tl", r"(lse_s\n(?:.*\n)*?end\n)Compute Normalize O_acc by l_i and get O_r",
            r"\1Compute Multiply O_acc, 1.0 and get O_r", "the combine kernel does not divide by the merged softmax sum"),
+    # ---- TL programs: packed GQA (rows r = (head hk * G + r % G, position r // G))
+    Mutant("packed_q_heads_wrong_group", "speculative", "tl", r"at q\[b, hk \* \(Hq // Hkv\)\] pack", "at q[b, hk] pack",
+           "the packed Q rows of K/V head hk read query heads hk .. hk + G - 1 instead of its own group"),
+    Mutant("packed_alibi_group_head", "speculative", "tl", r"alibi_slopes\[h_idx\]", "alibi_slopes[hk * (Hq // Hkv)]",
+           "every packed row takes the ALiBi slope of its group's first head instead of its own"),
+    Mutant("packed_o_view_unpacked", "decode", "tl", r"Allocate O in global \(Hq // Hkv \* Sq, Dv\) at o_part\[b, s, hk \* \(Hq // Hkv\)\] pack Hq // Hkv",
+           "Allocate O in global (Sq, Dv) at o_part[b, s, hk * (Hq // Hkv)]",
+           "the partial outputs of packed rows are stored through a view that is not packed"),
     # ---- generated kernels
     Mutant("running_max_not_subtracted", "causal", "kernel", r"(?s)(.*)P = tl\.exp\(S - m_i_safe\[:, None\]\)", r"\1P = tl.exp(S)",
            "the masked loop exponentiates scores without subtracting the running max"),
@@ -110,8 +123,37 @@ MUTANTS: tuple[Mutant, ...] = (
            "the last 16 rows of O are never written"),
     Mutant("accumulator_rounded_to_bf16", "causal", "kernel", r"O_acc = tl\.dot\(P, Vr, O_acc\)", "O_acc = tl.dot(P, Vr, O_acc).to(tl.bfloat16).to(tl.float32)",
            "O_acc is rounded to bf16 after every K/V tile (a 16-bit accumulator)", every=True),
-    Mutant("tma_box_wrong", "causal", "kernel", r'k_desc = tma_descriptor\(k, "k", \[1, 1, (\d+), (\d+)\]\)',
-           r'k_desc = tma_descriptor(k, "k", [1, 1, \1 // 2, \2])', "the K descriptor's box is half a tile"),
+    Mutant("packed_row_position_head_major", "speculative", "kernel", r"Qs_pos = Qs_rows // \(Hq // Hkv\)", "Qs_pos = Qs_rows % Sq",
+           "packed Q rows take the position r % Sq (head-major order) while their head is r % G"),
+    Mutant("packed_row_head_rotated", "decode", "kernel", r"Qs_slot = Qs_rows % \(Hq // Hkv\)", "Qs_slot = (Qs_rows + 1) % (Hq // Hkv)",
+           "each packed Q row reads the next query head of its group"),
+    # ---- a model's kernel module (``--translate llm``, ``--mode direct``): the same bugs must not slip
+    # through the LLM path's gate, and neither may a module that computes on the host
+    Mutant("model_scale_dropped", "window", "model", r"^(\s*)S = S \* scale$", r"\1S = S",
+           "a model's kernel forgets the softmax scale"),
+    Mutant("model_lse_not_stored", "window", "model", r"^\s*tl\.store\(LSE \+ .*\n", "",
+           "a model's kernel never writes the log-sum-exp"),
+    Mutant("model_host_attention", "window", "model", r"^(\s*)(attn_fwd\[)",
+           r"\1o.copy_(torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v)\n\1\2",
+           "a model's module computes attention with torch on the host beside its kernel"),
+    Mutant("tma_box_wrong", "causal", "kernel", r'k_desc = tma_descriptor\(k, "k", \[1, 1, (\d+), (\d+)\](, checked=checked)?\)',
+           r'k_desc = tma_descriptor(k, "k", [1, 1, \1 // 2, \2]\3)', "the K descriptor's box is half a tile"),
+)
+
+
+# Mutants of the CUDA backend's output (kernel_cuda.cu). Not in MUTANTS: ``attnforge selftest``
+# plants kernel mutants in the default (Triton) kernel and verifies on the CPU, where CUDA kernels
+# cannot run. ``python -m attnforge.backends.cuda.gpucheck --phase mutants`` plants them in the
+# CUDA kernel of their spec and verifies on a GPU; the backend's static lint (``cuda.compile.lint``)
+# also catches the missing wait before any GPU runs.
+CUDA_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("cuda_fragment_rows_swapped", "causal", "kernel",
+           r"\[0\] = af_pack\(P\[af_mt\]\[2 \* af_k\]\[0\], P\[af_mt\]\[2 \* af_k\]\[1\]\);\n(\s*af_P_a\[af_mt\]\[af_k\])\[1\] = af_pack\(P\[af_mt\]\[2 \* af_k\]\[2\], P\[af_mt\]\[2 \* af_k\]\[3\]\);",
+           r"[0] = af_pack(P[af_mt][2 * af_k][2], P[af_mt][2 * af_k][3]);\n\1[1] = af_pack(P[af_mt][2 * af_k][0], P[af_mt][2 * af_k][1]);",
+           "P's accumulator rows g and g+8 are swapped when packed into A fragments (a wrong fragment-to-row mapping)", every=True),
+    Mutant("cuda_cp_async_wait_missing", "causal", "kernel",
+           r"(// TL: Copy K \(BN, D\) at \[j, 0\] from global to shared Ks\n\s*)af_cp_wait<\d+>\(\);[^\n]*\n",
+           r"\1", "the K tile is read without waiting for its cp.async group (the barrier alone does not wait for cp.async)", every=True),
 )
 
 

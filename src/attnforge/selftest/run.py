@@ -3,12 +3,15 @@
 For every spec the suite first generates the unmutated kernel and checks that the gate passes
 it (the control: a gate that refuses correct kernels would "kill" everything). Then each
 mutant is planted in a copy: a TL mutant goes through every step of ``generate --tl``; a kernel
-mutant through ``attnforge verify`` (``gate.verify_directory``). A mutant is killed when some
-step refuses it; an equivalent mutant must survive.
+mutant through ``attnforge verify`` (``gate.verify_directory``); a model mutant through the same,
+in a copy whose module is written as a model writes it and whose report says a model wrote it
+(so the LLM path's static gate and sandbox judge it; its control is ``control:model-SPEC``). A
+mutant is killed when some step refuses it; an equivalent mutant must survive.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import shutil
 import tempfile
@@ -17,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import manifest
 from ..errors import AttnforgeError
 from ..generate import generate
 from ..gate import verify_directory
 from ..report import KERNEL_TL
 from ..targets import get_target
+from .model_style import model_style
 from .mutants import MUTANTS, SPECS, Mutant
 
 
@@ -58,6 +63,23 @@ def _base(root: Path, key: str, interpret: bool | None) -> Path:
     if not result.ok:
         raise AttnforgeError(f"selftest: the unmutated {key} kernel does not generate: {result.error}", where=f"selftest base {key}",
                              hint="fix the pipeline before trusting any mutant")
+    return out
+
+
+def _model_base(root: Path, key: str, base: Path) -> Path:
+    """The base kernel directory with its module rewritten as a model writes it, and its report
+    saying a model wrote it: ``attnforge verify`` then judges it as it judges a model's module."""
+    from ..backends import backend_for_directory
+
+    out = root / f"model-{key}"
+    shutil.copytree(base, out)
+    source = out / backend_for_directory(out).source_file
+    source.write_text(model_style(source.read_text()))
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text())
+    report["llm"] = {"client": "selftest (attnforge's translation in a model's style)", "options": {"translate": "llm"}}
+    report_path.write_text(json.dumps(report, indent=1))
+    (out / manifest.NAME).unlink(missing_ok=True)  # the directory no longer matches what generate wrote
     return out
 
 
@@ -153,8 +175,10 @@ def run(mutants: Iterable[Mutant] = MUTANTS, *, interpret: bool | None = None, j
     with tempfile.TemporaryDirectory(prefix="attnforge-selftest-") as tmp:
         root = Path(tmp)
         bases = {key: str(_base(root, key, interpret)) for key in keys}
+        models = {key: str(_model_base(root, key, Path(bases[key]))) for key in sorted({m.spec for m in mutants if m.where == "model"})}
         work = [("control", key, bases[key], tmp, interpret) for key in keys]
-        work += [("mutant", m, bases[m.spec], tmp, interpret) for m in mutants]
+        work += [("control", f"model-{key}", models[key], tmp, interpret) for key in models]
+        work += [("mutant", m, models[m.spec] if m.where == "model" else bases[m.spec], tmp, interpret) for m in mutants]
         return _isolated(work, jobs, progress)
 
 

@@ -21,6 +21,18 @@ from .findings import Finding
 from .printer import expr as show
 
 
+@dataclass(frozen=True)
+class Packed:
+    """Rows of a packed view (``Allocate ... pack P``) or of a tile loaded from one: row ``r`` is
+    slice ``r % P`` of the packed dimension (the query head, ``h_idx``) at position ``r // P``
+    (``q_idx``). It stands where ``Info.rows`` is ``True`` for plain rows, so it travels with them."""
+
+    p: int  # the pack factor under the current probe
+    expr: n.Expr
+    view: str  # the view that packed the rows
+    line: int
+
+
 @dataclass
 class Info:
     """What the checker knows about one name inside a kernel."""
@@ -31,7 +43,7 @@ class Info:
     dtype: str
     node: n.Node
     layout: str | None = None
-    rows: bool = False  # carries row indices (q_idx)
+    rows: bool | Packed = False  # carries row indices (q_idx); a Packed: packed rows (q_idx and h_idx)
     cols: bool = False  # carries column indices (kv_idx)
     tensor: str | None = None  # global views: the argument viewed
     from_shared: bool = False  # an MMA operand streamed from shared memory in K-steps
@@ -50,6 +62,11 @@ class KernelCheck:
         self.tensors = tensors  # argument and scratch tensor -> evaluated shape
         self.probe = probe_index
         self.names: dict[str, Info] = {}
+        # Names a statement would have defined had the checker not refused it: later uses of them
+        # are not reported again (one wrong statement is one finding, not a cascade of TL200s).
+        self.refused: set[str] = set()
+        self.errors = 0
+        self.silenced = 0  # uses of refused names passed over
         self.dtypes = kernel.dtype_map()
         self.written: set[str] = set()
         self.read: set[str] = set()
@@ -62,12 +79,18 @@ class KernelCheck:
 
     # -- helpers
     def add(self, code: str, node: n.Node, message: str, hint: str, severity: str = "error") -> None:
+        self.errors += severity == "error"
         self.report(Finding(code, severity, node.line, node.col, message, hint))
 
     def resolve_dtype(self, name: str, node: n.Node) -> str:
         d = self.dtypes.get(name, name)
         if d not in TL_DTYPES:
-            self.add("TL301", node, f"unknown data type {name!r}", "use " + ", ".join(TL_DTYPES) + " or an alias from the dtype header (" + ", ".join(self.dtypes) + ")")
+            declared = ", ".join(self.dtypes) if self.dtypes else "none is declared"
+            hint = "use " + ", ".join(TL_DTYPES) + f" or an alias from the dtype header ({declared})"
+            if name in ("qkv", "acc", "out") and name not in self.dtypes:
+                hint = (f"declare it: dtype {name} = {'fp32' if name == 'acc' else 'bf16'} (or another format). {name} defaults to fp32 only where it is "
+                        "implied (tensor formats, GEMM and LogSumExp results); an alias written in a statement must be declared")
+            self.add("TL301", node, f"unknown data type {name!r}", hint)
             return "fp32"
         return d
 
@@ -112,7 +135,9 @@ class KernelCheck:
 
     def get(self, name: str, node: n.Node) -> Info | None:
         info = self.names.get(name)
-        if info is None:
+        if info is None and name in self.refused:
+            self.silenced += 1
+        elif info is None:
             self.add("TL200", node, f"{name!r} is used before it is defined", f"Allocate {name}, or produce it with a Copy or a Compute ... and get {name} earlier")
         return info
 
@@ -136,11 +161,16 @@ class KernelCheck:
         for tensor in sorted((self.read & self.written) - set(INPUTS)):  # writes to inputs are TL408
             node = self.read_at[tensor]
             self.add("TL412", node, f"kernel {self.k.name} reads {tensor}, which it also writes; program instances run in no fixed order, so one may read another's unfinished result",
-                     "write in one kernel and read in a later one, as decode_split_kv_combine does")
+                     f"write {tensor} in one kernel and read it in a later kernel of the program (kernels run one after another), "
+                     "as a split-KV decode stores partial results in its first kernel and merges them in its second (docs/TL.md, section 10.3)")
 
     def block(self, body: tuple[n.Stmt, ...], env: dict, loop: n.Loop | None) -> None:
         for s in body:
+            before = (self.errors, self.silenced)
             getattr(self, "c_" + type(s).__name__)(s, env, loop)
+            made = _defines(s)
+            if (self.errors, self.silenced) != before and made is not None and made not in self.names:
+                self.refused.add(made)
 
     def c_Loop(self, s: n.Loop, env: dict, loop) -> None:
         start = self.value(s.start, env, "loop start")
@@ -174,20 +204,69 @@ class KernelCheck:
                     instance = "first" if self.probe == 0 else "last"
                     self.add("TL301", e, f"offset {show(e)} = {i} is outside dimension {axis} of {s.tensor} (size {dim}) in the {instance} program instance",
                              "check the head mapping: query head h reads key/value head h // (Hq // Hkv)")
+            packed = self.check_packed_view(s, env, full, shape) if s.pack is not None else False
             if len(s.offset) + len(s.shape) != len(full):
                 self.add("TL301", s, f"{s.tensor} has {len(full)} dimensions; the view takes {len(s.offset)} offsets and {len(s.shape)} dimensions", f"write at {s.tensor}[...] with {len(full) - len(s.shape)} indices")
-            elif shape is not None and tuple(full[len(s.offset):]) != shape:
+            elif s.pack is None and shape is not None and tuple(full[len(s.offset):]) != shape:
                 want = ARG_SHAPES.get(s.tensor)
                 hint = f"the trailing dimensions of {s.tensor} are ({', '.join(want[len(s.offset):])})" if want else f"the trailing dimensions of {s.tensor} are {full[len(s.offset):]}"
                 self.add("TL301", s, f"{s.name} views {s.tensor} with shape ({', '.join(show(d) for d in s.shape)}), which does not match the tensor", hint)
             fmt = arg_format(s.tensor, self.dtypes) if s.tensor in ARG_SHAPES else self.scratch_dtypes.get(s.tensor, "fp32")
-            self.names[s.name] = Info("global", shape or (), s.shape, fmt, s, tensor=s.tensor)
+            self.names[s.name] = Info("global", shape or (), s.shape, fmt, s, tensor=s.tensor, rows=packed or False)
             return
         dtype = self.resolve_dtype(s.dtype, s)
         if s.init is not None:
             self.value(s.init, env, "initial value", integer=False)
         self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init)
         self.report.defs(self.k, s, s.name, self.names[s.name], loop)
+
+    def _dim_name(self, tensor: str, axis: int) -> str:
+        """A tensor dimension as written: its size name (Sq, Hq, ...) or its scratch shape expression."""
+        if tensor in ARG_SHAPES:
+            return ARG_SHAPES[tensor][axis]
+        sc = next((sc for sc in self.k.scratch if sc.name == tensor), None)
+        return show(sc.shape[axis]) if sc is not None and axis < len(sc.shape) else f"dimension {axis}"
+
+    def check_packed_view(self, s: n.Allocate, env: dict, full: tuple, shape: tuple | None) -> Packed | bool:
+        """TL313: ``Allocate X in global (P * T, ...) at t[..., o] pack P`` views the slices
+        ``o .. o + P - 1`` of the last offset's dimension, interleaved into the first view dimension
+        (row r is slice o + r % P at position r // P). The slices must lie inside the tensor in the
+        first and the last program instance, the first dimension must be P times the packed one and
+        the others the tensor's trailing ones, and packed query heads must share one K/V head."""
+        instance = "first" if self.probe == 0 else "last"
+        p = self.value(s.pack, env, "pack factor")
+        if p is None:
+            return False
+        k = len(s.offset)
+        example = "e.g. Allocate Q in global (Hq // Hkv * Sq, D) at q[b, hk * (Hq // Hkv)] pack Hq // Hkv with grid axis hk : Hkv"
+        if p < 1:
+            self.add("TL313", s.pack, f"pack factor {_valued(s.pack, p)} is not positive", "pack at least one slice: " + example)
+            return False
+        if not s.shape or k + len(s.shape) != len(full):
+            if not s.shape:
+                self.add("TL313", s, f"{s.name} has no dimension to pack the slices of {s.tensor} into", "a packed view keeps the dimensions after its offsets, the first one multiplied by P: " + example)
+            return False
+        dim, axis = full[k - 1], k - 1
+        lead = self.value(s.offset[-1], env, "offset")
+        first, what = show(s.offset[-1]), self._dim_name(s.tensor, axis)
+        if isinstance(lead, int) and (lead < 0 or lead + p > dim):
+            self.add("TL313", s.offset[-1], f"{s.name} packs slices {first} .. {first} + {show(s.pack)} - 1 = {lead}..{lead + p - 1} of dimension {axis} of {s.tensor} ({what} = {dim}), "
+                     f"which leave the tensor in the {instance} program instance", "start the packed slices at a multiple of P that leaves P slices: " + example)
+        if shape is not None:
+            inner = self._dim_name(s.tensor, k)
+            if shape[0] != p * full[k]:
+                self.add("TL313", s.shape[0], f"{s.name} packs {_valued(s.pack, p)} slices of {inner} = {full[k]} rows, so its first dimension is {p * full[k]}, "
+                         f"not {_valued(s.shape[0], shape[0])}", f"write ({show(s.pack)} * {inner}, ...): the packed rows are every (slice, position) pair")
+            elif tuple(shape[1:]) != tuple(full[k + 1:]):
+                rest = ", ".join(self._dim_name(s.tensor, a) for a in range(k + 1, len(full)))
+                self.add("TL313", s, f"{s.name} views {s.tensor} packed with shape ({', '.join(show(d) for d in s.shape)}); after the packed dimension come the tensor's trailing dimensions ({rest})",
+                         f"write ({show(s.pack)} * {inner}{', ' + rest if rest else ''})")
+        if dim == env.get("Hq") and env.get("Hkv"):
+            group = env["Hq"] // env["Hkv"]
+            if group % p or (isinstance(lead, int) and lead % p):
+                self.add("TL313", s.pack, f"{s.name} packs query heads {lead}..{lead + p - 1} of {s.tensor}, which read different K/V heads (Hq // Hkv = {group} query heads per K/V head) in the {instance} program instance",
+                         "pack the query heads of one K/V head, starting at a multiple of the pack factor: " + example)
+        return Packed(p, s.pack, s.name, s.line)
 
     def c_Copy(self, s: n.Copy, env: dict, loop) -> None:
         src = self.get(s.src, s)
@@ -231,10 +310,11 @@ class KernelCheck:
                 self.add("TL408", s, f"the kernel writes its input tensor {glob.tensor}", "store results into o, lse or a scratch tensor")
             if tile is not None and src.shape and src.shape != tile:
                 self.add("TL302", s, f"{s.src} has shape {_fmt(src.dims)} but the stored tile is {_fmt(s.tile)}", "the tile shape must be the shape of the register tile")
+            self.check_packed_store(s, src, glob)
             self.written.add(glob.tensor)
             return
         if s.src_level == "global":
-            new_shape, new_dims, rows, cols = tile, s.tile, True, len(s.tile) > 1
+            new_shape, new_dims, rows, cols = tile, s.tile, glob.rows or True, len(s.tile) > 1
         else:
             new_shape, new_dims, rows, cols = src.shape, src.dims, src.rows, src.cols
         if dst is not None and new_shape is not None and dst.shape and dst.shape != new_shape:
@@ -245,6 +325,24 @@ class KernelCheck:
                                   from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online,
                                   init=dst.init if dst is not None else None)
         self.report.defs(self.k, s, s.dst, self.names[s.dst], loop)
+
+    def check_packed_store(self, s: n.Copy, src: Info, glob: Info) -> None:
+        """TL413: a tile whose rows are known is stored into a view packed the same way: packed
+        (head, position) rows into a view with the same pack factor, plain rows into a plain view."""
+        have = src.rows.p if isinstance(src.rows, Packed) else None
+        want = glob.rows.p if isinstance(glob.rows, Packed) else None
+        if not src.rows or have == want or not isinstance(glob.node, n.Allocate):
+            return
+        view = glob.node
+        if have is None:
+            self.add("TL413", s, f"{s.src} has plain rows (one position each) but view {s.dst} (line {view.line}) is packed ({_valued(view.pack, want)} slices per position)",
+                     f"load the tile from a view packed the same way, or view {s.dst} without 'pack'")
+        elif want is None:
+            self.add("TL413", s, f"{s.src} has packed rows (pack {_valued(src.rows.expr, have)}, from {src.rows.view} at line {src.rows.line}) but view {s.dst} (line {view.line}) is not packed: "
+                     f"row r would go to position r of one head instead of slice r % {have} at position r // {have}", f"view the output packed the same way: ... at {view.tensor}[...] pack {show(src.rows.expr)}")
+        else:
+            self.add("TL413", s, f"{s.src} has rows packed {_valued(src.rows.expr, have)} slices per position (from {src.rows.view} at line {src.rows.line}) but view {s.dst} (line {view.line}) packs {_valued(view.pack, want)}",
+                     f"pack both views with the same factor, e.g. pack {show(src.rows.expr)}")
 
     def check_tile_inside(self, s: n.Copy, glob: Info, tile: tuple | None, coord: tuple, env: dict) -> None:
         """TL312: a global Copy whose tile lies wholly outside its view in this probe's program
@@ -290,12 +388,17 @@ class KernelCheck:
         if a is None or b is None:
             return
         wgmma = self.target is not None and (self.target.has_wgmma or self.target.has_tcgen05)
-        for info, name, role in ((a, s.a, "A"), (b, s.b, "B")):
-            allowed = ("register", "shared") if wgmma else ("register",)
-            if info.level not in allowed:
-                where = "register or shared memory (wgmma reads shared operands)" if wgmma else "registers"
-                self.add("TL404", s, f"GEMM operand {role} ({name}) is in {info.level} memory; operands must be in {where}", f"Copy {name} from {info.level} to register first")
-                return
+        allowed = ("register", "shared") if wgmma else ("register",)
+        wrong = [(info, name, role) for info, name, role in ((a, s.a, "A"), (b, s.b, "B")) if info.level not in allowed]
+        if wrong:
+            where = "register or shared memory (wgmma reads shared operands)" if wgmma else "registers"
+            if len(wrong) == 2 and wrong[0][0].level == wrong[1][0].level:
+                said = f"operands A ({s.a}) and B ({s.b}) are in {a.level} memory"
+            else:
+                said = ("operands " if len(wrong) > 1 else "operand ") + " and ".join(f"{role} ({name}) is in {info.level} memory" for info, name, role in wrong)
+            fix = " and ".join(f"Copy {name} from {info.level} to register" for info, name, _ in wrong)
+            self.add("TL404", s, f"GEMM {said}; operands must be in {where}", fix + " first")
+            return
         if a.layout == "mma_c":
             self.add("TL406", s, f"{s.a} is in the accumulator layout (mma_c) but GEMM operand A needs the mma_a layout", f"add 'Reshape {s.a} from mma_c to mma_a' before this GEMM")
         if b.layout == "mma_c":
@@ -312,7 +415,7 @@ class KernelCheck:
             self.add("TL303", s, f"GEMM inner dimensions differ: {s.a}{'^T' if s.a_trans else ''} is {_fmt(adims)}, {s.b}{'^T' if s.b_trans else ''} is {_fmt(bdims)}", hint)
             return
         if a.dtype != b.dtype:
-            self.add("TL305", s, f"GEMM operands have different data types: {s.a} is {a.dtype}, {s.b} is {b.dtype}", f"add 'Compute Cast {s.a if a.dtype != self.dtypes.get('qkv') else s.b} to qkv' before the GEMM")
+            self.add("TL305", s, f"GEMM operands have different data types: {s.a} is {a.dtype}, {s.b} is {b.dtype}", self._cast_hint(s, a, b))
         self.check_mma(s, a.dtype, (adims[0], am), (bdims[1], bn), (adims[1], ak))
         rows = a.cols if s.a_trans else a.rows
         cols = b.rows if s.b_trans else b.cols
@@ -382,6 +485,17 @@ class KernelCheck:
             elif self.probe == 0:
                 self.add("TL505", dim, f"GEMM {axis} = {show(dim)} = {size} is not a multiple of {grain}; the translator pads it to {grain * math.ceil(size / grain)}", "no change needed; padding costs some tensor-core work", "info")
 
+    def _cast_hint(self, s: n.Gemm, a: Info, b: Info) -> str:
+        """Which operand to cast, where a Cast can reach it (Cast works on register tiles: TL405)."""
+        qkv = self.dtypes.get("qkv")
+        (name, info), (other, other_info) = ((s.a, a), (s.b, b)) if a.dtype != qkv else ((s.b, b), (s.a, a))
+        if info.level == "register":
+            return f"add 'Compute Cast {name} to qkv' before the GEMM"
+        fix = f"{name} is in {info.level} memory, where Cast cannot reach it (Cast works on register tiles): allocate it with ': {other_info.dtype}'"
+        if other_info.level == "register":
+            fix += f", or add 'Compute Cast {other} to {info.dtype}' before the GEMM"
+        return fix
+
     def c_Elementwise(self, s: n.Elementwise, env: dict, loop) -> None:
         tiles: list[tuple[str, Info]] = []
         for a in s.args:
@@ -391,6 +505,9 @@ class KernelCheck:
                     return
                 tiles.append((a.id, info))
             else:
+                if isinstance(a, n.Name) and a.id in self.refused:
+                    self.silenced += 1
+                    return  # its defining statement was refused and reported
                 if isinstance(a, n.Name) and a.id not in env and a.id not in self.scalar_set:
                     self.add("TL200", a, f"{a.id!r} is used before it is defined", "define the tile, or declare a runtime scalar with 'scalar NAME'")
                     return
@@ -440,13 +557,22 @@ class KernelCheck:
         self.report.defs(self.k, s, s.out or s.src, out, loop)
 
     def _index_names(self, info: Info) -> tuple[str, ...]:
-        return (("q_idx",) if info.rows else ()) + (("kv_idx",) if info.cols else ())
+        return (("q_idx",) if info.rows else ()) + (("h_idx",) if isinstance(info.rows, Packed) else ()) + (("kv_idx",) if info.cols else ())
+
+    def h_idx_defined(self, e: n.Expr, info: Info, name: str) -> tuple[str, ...]:
+        """TL203, with its own hint, for ``h_idx`` on a tile whose rows are not packed; returns
+        the extra name to let through so the generic check does not report it again."""
+        if "h_idx" not in n.expr_names(e) or isinstance(info.rows, Packed):
+            return ()
+        self.add("TL203", e, f"name 'h_idx' is not defined here: the rows of {name} are not packed",
+                 "h_idx is the query head of each row of a tile loaded from a packed view (Allocate ... pack P); in a kernel with one head per program use the grid axis (h)")
+        return ("h_idx",)
 
     def c_ScoreMod(self, s: n.ScoreMod, env: dict, loop) -> None:
         t = self.get(s.target, s)
         if t is None or not self.require_register(t, s.target, s, "ScoreMod"):
             return
-        self.names_ok(s.expr, env, ("score",) + self._index_names(t))
+        self.names_ok(s.expr, env, ("score",) + self._index_names(t) + self.h_idx_defined(s.expr, t, s.target))
         self.want_kind(s.expr, "num", "a score modifier must give a number, not a truth value", "to drop keys use 'Compute Mask S keep ...'")
 
     def want_kind(self, e: n.Expr, want: str, message: str, hint: str) -> None:
@@ -460,7 +586,7 @@ class KernelCheck:
         t = self.get(s.target, s)
         if t is None or not self.require_register(t, s.target, s, "Mask"):
             return
-        self.names_ok(s.keep, env, self._index_names(t))
+        self.names_ok(s.keep, env, self._index_names(t) + self.h_idx_defined(s.keep, t, s.target))
         self.want_kind(s.keep, "bool", "a mask must be a truth value (a comparison, and, or, not)", "e.g. keep kv_idx <= q_idx + Sk - Sq")
 
     def c_Softmax(self, s: n.Softmax, env: dict, loop) -> None:
@@ -535,5 +661,21 @@ class _Probe:
         return 1.0
 
 
+def _valued(e: n.Expr, value) -> str:
+    """An expression with its value under the probe, e.g. ``Hq // Hkv = 3`` (a literal alone)."""
+    return show(e) if show(e) == str(value) else f"{show(e)} = {value}"
+
+
 def _fmt(dims) -> str:
     return "(" + ", ".join(show(d) for d in dims) + ")"
+
+
+def _defines(s: n.Stmt) -> str | None:
+    """The tile a statement defines from scratch (None for one that changes a tile in place)."""
+    if isinstance(s, n.Copy):
+        return s.dst if s.dst_level != "global" else None
+    if isinstance(s, (n.Gemm, n.OnlineSoftmax, n.Normalize, n.LogSumExp)):
+        return s.out
+    if isinstance(s, (n.Elementwise, n.Cast)):
+        return s.out
+    return None

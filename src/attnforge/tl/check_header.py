@@ -12,6 +12,7 @@ from ..targets import Target, get_target
 from . import nodes as n
 from .evaluate import MASK_MOD_NAMES, SCORE_MOD_NAMES, KindError, expr_kind
 from .findings import Finding
+from .printer import expr as show_expr
 
 FEATURES = ("causal", "window", "alibi", "softcap", "score_mod", "mask_mod")
 # computes window [= both | left | right]: which sides of the sliding window are bounded (scalars they need).
@@ -57,7 +58,9 @@ def check_header(kernel: n.Kernel, report, sketch: bool, probe_index: int) -> No
         seen.add(p.name)
         if p.value is None:
             sev = "info" if sketch else "error"
-            report(Finding("TL106", sev, p.line, p.col, f"parameter {p.name} is open", f"choose a value: param {p.name} = ..." if not sketch else "a sketch may leave it open; the planner fills it in"))
+            report(Finding("TL106", sev, p.line, p.col, f"parameter {p.name} is open", (f"choose a value: write param {p.name} = 64 (say), or give it when running: attnforge tl run FILE --param {p.name}=64; "
+                                                                                       "'attnforge tl check --sketch' checks a sketch with open parameters")
+                                                                                      if not sketch else "a sketch may leave it open; the planner fills it in"))
         elif p.value < 1:
             report(Finding("TL102", "error", p.line, p.col, f"parameter {p.name} = {p.value} must be positive", "tile sizes, warps and stages are >= 1"))
     for alias, dtype in kernel.dtypes:
@@ -82,7 +85,7 @@ def check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
         return
     if f.name == "causal":
         if f.value not in (None, "bottom_right", "top_left"):
-            report(Finding("TL104", "error", f.line, f.col, f"causal = {f.value} is not an alignment", "causal = bottom_right (j <= i + Sk - Sq) or causal = top_left (j <= i)"))
+            report(Finding("TL104", "error", f.line, f.col, f"causal = {_value(f)} is not an alignment", "causal = bottom_right (j <= i + Sk - Sq) or causal = top_left (j <= i)"))
         return
     if f.name in ("score_mod", "mask_mod"):
         if not isinstance(f.value, n.Node):
@@ -106,11 +109,20 @@ def check_feature(kernel: n.Kernel, f: n.Feature, report) -> None:
         return
     if f.name == "window":
         if f.value not in WINDOW_SIDES:
-            report(Finding("TL104", "error", f.line, f.col, f"window = {f.value} is not a side", "window (both sides bounded), window = left or window = right (the other side unbounded)"))
+            hint = "window (both sides bounded), window = left or window = right (the other side unbounded)"
+            if isinstance(f.value, n.Node):  # a size: the window's sizes are the runtime scalars window_left, window_right
+                hint += "; the sizes are the runtime scalars window_left / window_right (scalar window_left, window_right), given at launch"
+            report(Finding("TL104", "error", f.line, f.col, f"window = {_value(f)} is not a side", hint))
             return
     elif f.value is not None:
-        report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'; its numbers are runtime scalars"))
+        report(Finding("TL104", "error", f.line, f.col, f"{f.name} takes no value here", f"write just '{f.name}'; its numbers are runtime scalars"
+                       + (" (scalar softcap, given at launch; a fixed cap is a score_mod: computes score_mod = (50 * tanh(score / 50)))" if f.name == "softcap" else "")))
     need = {"window": WINDOW_SIDES.get(f.value, ()), "softcap": ("softcap",)}.get(f.name, ())
     for s in need:
         if s not in kernel.scalars:
             report(Finding("TL105", "error", f.line, f.col, f"feature {f.name} needs the runtime scalar {s}", f"add 'scalar {s}' to the header"))
+
+
+def _value(f: n.Feature) -> str:
+    """A feature's value as it is written in TL (an expression in parentheses, not a Python repr)."""
+    return f"({show_expr(f.value)})" if isinstance(f.value, n.Node) else str(f.value)

@@ -104,9 +104,15 @@ class RunReport:
 
     def line(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
-        return (f"{verdict} {self.shape} dtype={self.dtype or 'float64'} err(O)={self.err_o:.2e}/{self.tolerance:.0e} "
-                f"err(LSE)={self.err_lse:.2e}/{self.tolerance_lse:.0e} programs={self.programs} kv_tiles={self.loop_trips}"
+        return (f"{verdict} {self.shape} dtype={self.dtype or 'float64'} err(O)={self.err_o:.2e}/{format_tolerance(self.tolerance)} "
+                f"err(LSE)={self.err_lse:.2e}/{format_tolerance(self.tolerance_lse)} programs={self.programs} kv_tiles={self.loop_trips}"
                 + ("" if self.passed else f"; {self.worst}"))
+
+
+def format_tolerance(x: float) -> str:
+    """A tolerance with the digits it has: 1e-10, 2e-02, 1.5e-01 (not 2e-01: fp8e4m3's is 0.15)."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
 
 
 def features(program: n.Program) -> dict[str, str | n.Expr | None]:

@@ -38,6 +38,9 @@ class Tile:
     cols: np.ndarray | None = None
     layout: str | None = None
     extent: tuple[int, ...] | None = None  # global views: the in-bounds extent of each dimension
+    heads: np.ndarray | None = None  # packed rows: the index along the packed dimension (h_idx) of each row
+    pack: int | None = None  # packed global views: P; ``data`` is then (P, T, ...) and row r is data[r % P, r // P]
+    pack_base: int = 0  # packed global views: the first packed slice (the last offset)
 
 
 @dataclass
@@ -228,6 +231,9 @@ class _Kernel:
                 self.fail(s, f"{s.tensor} has {base.ndim} dimensions; offset {len(offset)} + shape {len(shape)} do not add up")
             if any(not 0 <= i < d for i, d in zip(offset, base.shape)):
                 self.fail(s, f"offset {offset} is outside {s.tensor} of shape {base.shape}")
+            if s.pack is not None:
+                self.packed_view(s, env, base, offset, shape, local)
+                return
             view = base[offset]
             if view.shape != shape:
                 self.fail(s, f"{s.name}: {s.tensor}{list(offset)} has shape {view.shape}, not {shape}")
@@ -236,6 +242,33 @@ class _Kernel:
         dtype = self.dtype(s.dtype, s)
         init = 0.0 if s.init is None else float(self.ev(s.init, env))
         local[s.name] = Tile(np.full(shape, init, dtype=np.float64), s.level, dtype)
+
+    def packed_view(self, s: n.Allocate, env: dict, base: np.ndarray, offset: tuple[int, ...], shape: tuple[int, ...], local: dict[str, Tile]) -> None:
+        """``pack P``: slices o .. o + P - 1 of the last offset's dimension, interleaved into the first
+        view dimension: row r is slice o + r % P at position r // P. ``data`` keeps them as the
+        (P, T, ...) numpy view of the tensor, so stores write through."""
+        p = self.ev_int(s.pack, env, "a pack factor")
+        if p < 1:
+            self.fail(s.pack, f"pack factor {p} is not positive", "pack at least one slice")
+        if not shape:
+            self.fail(s, f"{s.name} has no dimension to pack {s.tensor}'s slices into")
+        lead, axis = offset[-1], len(offset) - 1
+        if lead + p > base.shape[axis]:
+            self.fail(s, f"packed slices {lead}..{lead + p - 1} leave dimension {axis} of {s.tensor} (size {base.shape[axis]})")
+        view = base[offset[:-1]][lead:lead + p]
+        want = (p * view.shape[1],) + view.shape[2:]
+        if want != shape:
+            self.fail(s, f"{s.name}: {s.tensor}{list(offset)} packed {p} times has shape {want}, not {shape}")
+        local[s.name] = Tile(view, "global", self.tensor_dtypes.get(s.tensor, "fp32"), extent=shape, pack=p, pack_base=lead)
+
+    @staticmethod
+    def _select(view: Tile, index: list[np.ndarray]) -> tuple:
+        """The numpy index of the view's elements at ``index`` (one integer vector per view
+        dimension, outer product); a packed view's rows r are (slice r % P, position r // P)."""
+        grid = np.ix_(*index)
+        if view.pack is None:
+            return grid
+        return (grid[0] % view.pack, grid[0] // view.pack) + grid[1:]
 
     def s_Copy(self, s: n.Copy, env: dict, local: dict[str, Tile]) -> None:
         src = self.tile_of(s.src, s, local)
@@ -255,7 +288,7 @@ class _Kernel:
             dtype = dst.dtype if dst is not None else src.dtype
             if dst is not None and dst.data.shape != data.shape:
                 self.fail(s, f"{s.src} has shape {data.shape} but {s.dst} has {dst.data.shape}")
-            local[s.dst] = Tile(self.round(data.copy(), dtype), s.dst_level, dtype, src.rows, src.cols, None)
+            local[s.dst] = Tile(self.round(data.copy(), dtype), s.dst_level, dtype, src.rows, src.cols, None, heads=src.heads)
 
     def _tile_window(self, s: n.Copy, env: dict, extent: tuple[int, ...]):
         if s.tile is None or s.coord is None:
@@ -272,21 +305,23 @@ class _Kernel:
         tile, index, inside = self._tile_window(s, env, src.extent)
         data = np.zeros(tile, dtype=np.float64)  # out-of-bounds elements read as zero
         sel_dst = np.ix_(*[np.nonzero(m)[0] for m in inside])
-        sel_src = np.ix_(*[i[m] for i, m in zip(index, inside)])
+        sel_src = self._select(src, [i[m] for i, m in zip(index, inside)])
         data[sel_dst] = src.data[sel_src]
         if dst is not None and dst.data.shape != data.shape:
             self.fail(s, f"tile {tile} does not fit {s.dst} of shape {dst.data.shape}")
         dtype = dst.dtype if dst is not None else src.dtype
-        rows = index[0]
+        rows, heads = index[0], None
+        if src.pack is not None:  # packed rows: position r // P (q_idx), slice pack_base + r % P (h_idx)
+            rows, heads = index[0] // src.pack, src.pack_base + index[0] % src.pack
         cols = index[1] if len(index) > 1 else None
-        local[s.dst] = Tile(self.round(data, dtype), s.dst_level, dtype, rows, cols, None)
+        local[s.dst] = Tile(self.round(data, dtype), s.dst_level, dtype, rows, cols, None, heads=heads)
 
     def store(self, s: n.Copy, src: Tile, dst: Tile, env: dict) -> None:
         tile, index, inside = self._tile_window(s, env, dst.extent)
         if src.data.shape != tile:
             self.fail(s, f"{s.src} has shape {src.data.shape}, not the tile {tile}")
         sel_src = np.ix_(*[np.nonzero(m)[0] for m in inside])
-        sel_dst = np.ix_(*[i[m] for i, m in zip(index, inside)])
+        sel_dst = self._select(dst, [i[m] for i, m in zip(index, inside)])
         dst.data[sel_dst] = self.round(src.data, dst.dtype)[sel_src]
 
     def s_Gemm(self, s: n.Gemm, env: dict, local: dict[str, Tile]) -> None:
@@ -300,17 +335,19 @@ class _Kernel:
             self.too_large(s, f"the GEMM product {s.out} ({A.shape[0]}, {Bm.shape[1]})", A.shape[0] * Bm.shape[1])
         product = A @ Bm
         rows = a.cols if s.a_trans else a.rows
+        heads = None if s.a_trans else a.heads
         cols = b.rows if s.b_trans else b.cols
         if s.accumulate:
             acc = self.tile_of(s.out, s, local)
             if acc.data.shape != product.shape:
                 self.fail(s, f"cannot accumulate {product.shape} into {s.out} of shape {acc.data.shape}")
             acc.data = self.round(acc.data + product, acc.dtype)
-            acc.rows = acc.rows if acc.rows is not None else rows
+            if acc.rows is None:
+                acc.rows, acc.heads = rows, heads
             acc.cols = acc.cols if acc.cols is not None else cols
         else:
             dtype = self.dtypes.get("acc", "fp32")
-            local[s.out] = Tile(self.round(product, dtype), "register", dtype, rows, cols, "mma_c")
+            local[s.out] = Tile(self.round(product, dtype), "register", dtype, rows, cols, "mma_c", heads=heads)
 
     def _operand(self, e: n.Expr, env: dict, local: dict[str, Tile], like: np.ndarray | None):
         """A Compute argument: a tile's data (a row vector widened against 2-d tiles) or a scalar."""
@@ -336,7 +373,7 @@ class _Kernel:
                 if x.ndim != 2:
                     self.fail(s, f"{op} needs a 2-d tile, got shape {x.shape}")
                 data = x.max(axis=1) if op == "RowMax" else x.sum(axis=1)
-                out = Tile(data, "register", first.dtype, first.rows, None, None)
+                out = Tile(data, "register", first.dtype, first.rows, None, None, heads=first.heads)
             else:
                 fn = {
                     "Multiply": np.multiply, "Add": np.add, "Subtract": np.subtract, "Divide": np.divide,
@@ -358,6 +395,8 @@ class _Kernel:
         scoped = dict(env)
         if tile.rows is not None:
             scoped["q_idx"] = tile.rows[:, None] if tile.data.ndim == 2 else tile.rows
+        if tile.heads is not None:
+            scoped["h_idx"] = tile.heads[:, None] if tile.data.ndim == 2 else tile.heads
         if tile.cols is not None:
             scoped["kv_idx"] = tile.cols[None, :]
         return scoped

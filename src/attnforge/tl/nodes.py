@@ -115,6 +115,7 @@ class Allocate(Node):
     tensor: str | None = None  # global: the kernel argument viewed
     offset: tuple[Expr, ...] = ()  # global: indices of the leading dimensions
     init: Expr | None = None  # register: initial value of every element
+    pack: Expr | None = None  # global: packs P slices of the last offset's dimension into the first view dimension (row r: slice r % P, row r // P)
 
 
 @dataclass(frozen=True)

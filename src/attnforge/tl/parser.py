@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from importlib import resources
 from typing import NoReturn
 
@@ -167,8 +168,11 @@ class _Build(Transformer):
     # -- statements
     @v_args(meta=True)
     def alloc_global(self, meta, items):
-        name, shape, tensor, offset = items
-        return n.Allocate(str(name), "global", shape, tensor=str(tensor), offset=offset, **_at(meta))
+        name, shape, tensor, offset, pack = items
+        return n.Allocate(str(name), "global", shape, tensor=str(tensor), offset=offset, pack=pack, **_at(meta))
+
+    def pack(self, items):
+        return items[0]
 
     @v_args(meta=True)
     def alloc_shared(self, meta, items):
@@ -297,6 +301,30 @@ def _readable(term: str) -> str:
     return {"$END": "end of file"}.get(term, term)
 
 
+_COMPARISON = re.compile(r"<=|>=|==|!=|<|>")
+_FEATURE_VALUE = re.compile(r"^\s*computes\b.*?\b(\w+)\s*=\s*$")
+
+
+def _known_mistake(tok: Token, before: str) -> tuple[str, str] | None:
+    """(message, hint) for a parse error with a common cause, said as such (else None).
+    ``before``: the line's text up to the unexpected token."""
+    if tok.type == "CMPOP" and _COMPARISON.search(before):
+        return ("comparisons do not chain", "write 'a <= b and b < c' for 'a <= b < c' (each comparison gives a truth value)")
+    feature = _FEATURE_VALUE.match(before)
+    if feature and (str(tok)[:1].isdigit() or str(tok) in ("-", ".")):
+        name = feature.group(1)
+        fixes = {
+            "softcap": "write 'computes softcap' and 'scalar softcap': its value is given at launch (--scalar softcap=50, or the spec's softcap); "
+                       "a cap fixed in the program is a modifier: computes score_mod = (50 * tanh(score / 50)) with a Compute ScoreMod",
+            "window": "write 'computes window' (or window = left / right) and 'scalar window_left, window_right': the sizes are given at launch "
+                      "(--scalar window_left=256)",
+        }
+        return (f"{name} = {tok}: a feature's value is not a number",
+                fixes.get(name, "feature values are names (causal = top_left, window = left) or a parenthesised expression (score_mod = (...)); "
+                                "numbers are runtime scalars, given at launch"))
+    return None
+
+
 def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntaxError:
     line = getattr(err, "line", None)
     col = getattr(err, "column", None)
@@ -312,6 +340,10 @@ def _syntax_error(err: UnexpectedInput, text: str, file: str | None) -> TLSyntax
         tok = err.token
         shown = "end of line" if tok.type == "_NL" else ("end of file" if tok.type == "$END" else _echo(tok))
         expected = tuple(sorted({_readable(t) for t in err.expected}))
+        before = lines[line - 1][: col - 1] if line - 1 < len(lines) else ""
+        known = _known_mistake(tok, before)
+        if known is not None:
+            return TLSyntaxError(known[0], where=Position(line, col, file), text=shorten(str(tok)), hint=known[1])
         return TLSyntaxError(f"unexpected {shown}", where=Position(line, col, file), text=shorten(str(tok)), expected=expected)
     if isinstance(err, UnexpectedEOF):
         expected = tuple(sorted({_readable(t) for t in err.expected}))

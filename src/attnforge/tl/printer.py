@@ -79,7 +79,8 @@ def stmt(s: n.Stmt, depth: int = 0) -> list[str]:
     if isinstance(s, n.Allocate):
         head = f"Allocate {s.name} in {s.level} ({_list(s.shape)})"
         if s.level == "global":
-            return [f"{pad}{head} at {s.tensor}[{_list(s.offset)}]"]
+            pack = f" pack {expr(s.pack)}" if s.pack is not None else ""
+            return [f"{pad}{head} at {s.tensor}[{_list(s.offset)}]{pack}"]
         init = f" = {expr(s.init)}" if s.init is not None else ""
         return [f"{pad}{head} : {s.dtype}{init}"]
     if isinstance(s, n.Copy):

@@ -14,7 +14,7 @@ import keyword
 from typing import NoReturn
 
 from ...abi import INT_SCALARS, SIZE_ARGS
-from ...analysis import KernelFacts, Scope, Tile, View, multiplies_indices
+from ...analysis import KernelFacts, Scope, Tile, View, multiplies_indices, nonnegative
 from ...errors import Position, TranslateError
 from ...sizes import is_pow2, next_pow2
 from ...tl import nodes as n
@@ -79,16 +79,17 @@ class KernelEmitter:
 
     def dev(self, e: n.Expr, extra: dict[str, str] | None = None) -> str:
         names = {**self.scope.names, **(extra or {})}
-        ctx = exprs.ExprContext(names, set(self.scope.nonneg), self._index, self.helpers, self.file, set(self.floats))
+        ctx = exprs.ExprContext(names, set(self.scope.nonneg), lambda i: self._index(i, extra), self.helpers, self.file, set(self.floats))
         return exprs.device(e, ctx)
 
-    def _index(self, e: n.Index) -> str:
+    def _index(self, e: n.Index, extra: dict[str, str] | None = None) -> str:
+        """An element read; its indices see the names of the expression around it (h_idx, q_idx)."""
         if e.name not in self.facts.tensors:
             self.fail(e, f"{e.name}[...] reads a tensor this kernel does not take", "tensors: " + ", ".join(self.facts.tensors))
         rank = self.facts.ranks[e.name]
         if len(e.args) != rank:
             self.fail(e, f"{e.name} has {rank} dimensions; {e.name}[...] gives {len(e.args)} index(es)")
-        terms = [f"tl.cast({self.dev(a)}, tl.int64) * {s}" for a, s in zip(e.args, stride_names(e.name, rank))]
+        terms = [f"tl.cast({self.dev(a, extra)}, tl.int64) * {s}" for a, s in zip(e.args, stride_names(e.name, rank))]
         return f"tl.load({e.name}_ptr + {' + '.join(terms)})"
 
     def block_dim(self, e: n.Expr, node: n.Node) -> str:
@@ -190,7 +191,7 @@ class KernelEmitter:
                 self.fail(s, f"{s.tensor} has {rank} dimensions; offset {len(s.offset)} + shape {len(s.shape)} do not add up")
             terms = [f"tl.cast({self.dev(e)}, tl.int64) * {st}" for e, st in zip(s.offset, stride_names(s.tensor, rank))]
             self.emit(f"{name} = {s.tensor}_ptr" + "".join(f" + {t}" for t in terms))
-            self.scope.views[s.name] = View(s.tensor, s.shape, s.offset, self.facts.formats[s.tensor])
+            self.scope.views[s.name] = View(s.tensor, s.shape, s.offset, self.facts.formats[s.tensor], s.pack)
             return
         fmt = self.fmt_of(s.dtype, s)
         dims = [self.block_dim(d, s) for d in s.shape]
@@ -214,15 +215,17 @@ class KernelEmitter:
             fmt = dst.fmt if dst is not None else src.fmt
             name = self.name(s.dst, s)
             self.emit(f"{name} = {s.src}{self.convert(src.fmt, fmt)}")
-            self.scope.tiles[s.dst] = Tile(src.dims, fmt, src.rows, src.cols, s.dst_level)
+            self.scope.tiles[s.dst] = Tile(src.dims, fmt, src.rows, src.cols, s.dst_level, src.heads)
 
-    def _window(self, s: n.Copy, view: View, base_name: str) -> tuple[list[str], str, list[str]]:
-        """Index vectors, the in-bounds mask and the offset terms of a Copy's tile."""
+    def _window(self, s: n.Copy, view: View, base_name: str) -> tuple[list[str], str, list[str], str | None]:
+        """Index vectors, the in-bounds mask and the offset terms of a Copy's tile, and for a packed
+        view the vector of each row's packed slice (h_idx); a packed view's row vector holds
+        positions (q_idx)."""
         if s.tile is None or s.coord is None or len(s.tile) != len(view.extents) or len(s.coord) != len(view.extents):
             self.fail(s, "a Copy to or from global memory needs one tile size and one coordinate per view dimension")
         rank = len(s.tile)
         strides = stride_names(view.tensor, self.facts.ranks[view.tensor])[len(view.offset):]
-        idx_names, masks, offsets = [], [], []
+        idx_names, masks, offsets, heads = [], [], [], None
         for d, (size, coord, extent, stride) in enumerate(zip(s.tile, s.coord, view.extents, strides)):
             block = self.block_dim(size, s)
             idx = self.scope.fresh(f"{base_name}_{'rows' if d == 0 else 'cols'}" if rank <= 2 else f"{base_name}_idx{d}")
@@ -239,9 +242,33 @@ class KernelEmitter:
                 conds.append(f"(tl.arange(0, {block}) < {self.dev(size)})" if not same_extent else f"({idx} < {self.dev(size)})")
             expand = self.expand(d, rank)
             masks += [f"{c}{expand}" for c in conds]
-            offsets.append(f"{idx}{expand} * {stride}")
+            if d == 0 and view.pack is not None:
+                idx, term, heads = self._packed_rows(s, view, idx, coord, base_name)
+                offsets.append(term.format(e=expand))
+            else:
+                offsets.append(f"{idx}{expand} * {stride}")
             idx_names.append(idx)
-        return idx_names, " & ".join(masks), offsets
+        return idx_names, " & ".join(masks), offsets, heads
+
+    def _packed_rows(self, s: n.Copy, view: View, rows: str, coord: n.Expr, base_name: str) -> tuple[str, str, str]:
+        """Packed row r of ``view`` is slice ``offset[-1] + r % P`` of the packed dimension at
+        position ``r // P``: the position vector (q_idx), the row offset term (``{e}`` marks where
+        the row expansion goes; the slice term in int64, as head offsets are) and the vector of
+        slices (h_idx)."""
+        pack = self.dev(view.pack)
+        lead = len(view.offset) - 1
+        strides = stride_names(view.tensor, self.facts.ranks[view.tensor])
+        pos, slot, heads = (self.scope.fresh(f"{base_name}_{x}") for x in ("pos", "slot", "head"))
+        if nonnegative(coord, self.scope.nonneg) and nonnegative(view.pack, self.scope.nonneg):
+            self.emit(f"{pos} = {rows} // {pack}  # packed rows: position r // P, slice r % P")
+            self.emit(f"{slot} = {rows} % {pack}")
+        else:
+            self.helpers |= {"floordiv", "floormod"}
+            self.emit(f"{pos} = floordiv({rows}, {pack})  # packed rows: position r // P, slice r % P")
+            self.emit(f"{slot} = floormod({rows}, {pack})")
+        self.emit(f"{heads} = {self.dev(view.offset[-1])} + {slot}")
+        term = f"tl.cast({slot}, tl.int64){{e}} * {strides[lead]} + {pos}{{e}} * {strides[lead + 1]}"
+        return pos, term, heads
 
     def _load(self, s: n.Copy) -> None:
         view = self.view(s.src, s)
@@ -249,7 +276,7 @@ class KernelEmitter:
         if dst is not None and dst.level != s.dst_level:
             self.fail(s, f"{s.dst} lives in {dst.level}, not {s.dst_level}")
         name = self.name(s.dst, s)
-        idx, mask, offsets = self._window(s, view, s.dst)
+        idx, mask, offsets, heads = self._window(s, view, s.dst)
         fmt = dst.fmt if dst is not None else view.fmt
         ptrs = f"{s.src} + " + " + ".join(offsets)
         load = f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
@@ -261,12 +288,12 @@ class KernelEmitter:
             coords += ["0" if isinstance(c, n.Num) and c.value == 0 else self.dev(n.Binary("*", c, t)) for c, t in zip(s.coord, s.tile)]
             load = f"{desc}.load([{', '.join(coords)}]).reshape({', '.join(dims)})"
         self.emit(f"{name} = {load}{self.convert(view.fmt, fmt)}")
-        self.scope.tiles[s.dst] = Tile(s.tile, fmt, idx[0], idx[1] if len(idx) > 1 else None, s.dst_level)
+        self.scope.tiles[s.dst] = Tile(s.tile, fmt, idx[0], idx[1] if len(idx) > 1 else None, s.dst_level, heads)
 
     def _tma_loadable(self, s: n.Copy, view: View) -> bool:
         """TMA reads whole boxes of the tensor; a padded tile dim must be the view's full extent."""
-        if not self.tma or view.tensor not in TMA_TENSORS or len(s.tile) != 2:
-            return False
+        if not self.tma or view.tensor not in TMA_TENSORS or len(s.tile) != 2 or view.pack is not None:
+            return False  # a packed view's rows are not one box of the tensor
         return all(not self.pad_needed(t) or (t == e and isinstance(c, n.Num) and c.value == 0)
                    for t, c, e in zip(s.tile, s.coord, view.extents))
 
@@ -280,7 +307,7 @@ class KernelEmitter:
     def _store(self, s: n.Copy) -> None:
         view = self.view(s.dst, s)
         src = self.tile(s.src, s)
-        _, mask, offsets = self._window(s, view, s.dst)
+        _, mask, offsets, _ = self._window(s, view, s.dst)
         ptrs = f"{s.dst} + " + " + ".join(offsets)
         value = f"{s.src}{self.convert(src.fmt, view.fmt)}"
         self.emit(f"tl.store({ptrs}, {value}, mask={mask})" if mask else f"tl.store({ptrs}, {value})")
@@ -298,19 +325,21 @@ class KernelEmitter:
         if fmts <= {"fp32", "tf32"}:
             precision = ', input_precision="tf32"' if fmts == {"tf32"} else ', input_precision="ieee"'
         rows = a.cols if s.a_trans else a.rows
+        heads = None if s.a_trans else a.heads
         cols = b.rows if s.b_trans else b.cols
         out_dims = (a.dims[1] if s.a_trans else a.dims[0], b.dims[0] if s.b_trans else b.dims[1])
         name = self.name(s.out, s)
         if s.accumulate:
             acc = self.tile(s.out, s)
             self.emit(f"{name} = tl.dot({A}, {B}, {name}{precision})")
-            acc.rows = acc.rows or rows
+            if acc.rows is None:
+                acc.rows, acc.heads = rows, heads
             acc.cols = acc.cols or cols
         else:
             fmt = self.fmt_of("acc", s) if "acc" in self.k.dtype_map() else "fp32"
             out_dtype = "" if fmt == "fp32" else f", out_dtype={TL_TYPE[fmt]}"
             self.emit(f"{name} = tl.dot({A}, {B}{precision}{out_dtype})")
-            self.scope.tiles[s.out] = Tile(out_dims, fmt, rows, cols)
+            self.scope.tiles[s.out] = Tile(out_dims, fmt, rows, cols, heads=heads)
 
     def _operand(self, e: n.Expr, rank: int) -> str:
         if isinstance(e, n.Name) and e.id in self.scope.tiles:
@@ -326,12 +355,12 @@ class KernelEmitter:
         ops = [self._operand(a, first.rank) for a in s.args]
         target = s.out if s.out is not None else s.args[0].id
         name = self.name(target, s)
-        out = Tile(first.dims, first.fmt, first.rows, first.cols)
+        out = Tile(first.dims, first.fmt, first.rows, first.cols, heads=first.heads)
         if s.op in ("RowMax", "RowSum"):
             if first.rank != 2:
                 self.fail(s, f"{s.op} needs a 2-d tile")
             value = f"tl.{'max' if s.op == 'RowMax' else 'sum'}({ops[0]}, axis=1)"
-            out = Tile(first.dims[:1], first.fmt, first.rows, None)
+            out = Tile(first.dims[:1], first.fmt, first.rows, None, heads=first.heads)
         else:
             value = _ELEMENTWISE[s.op].format(*ops)
             if s.op == "Tanh":
@@ -350,7 +379,7 @@ class KernelEmitter:
         if fmt == "tf32":
             self.emit("# (tf32 is how the tensor cores read fp32: the GEMMs reading this tile use input_precision='tf32')")
         self.emit(f"{name} = {s.src}{self.convert(src.fmt, fmt)}")
-        self.scope.tiles[target] = Tile(src.dims, fmt, src.rows, src.cols)
+        self.scope.tiles[target] = Tile(src.dims, fmt, src.rows, src.cols, heads=src.heads)
 
     def _index_names(self, t: Tile, expr: n.Expr) -> dict[str, str]:
         """q_idx and kv_idx as the tile's index vectors; int64 (b and h too) where ``expr``
@@ -362,6 +391,8 @@ class KernelEmitter:
             names["q_idx"] = widen(f"{t.rows}[:, None]" if t.rank == 2 else t.rows)
         if t.cols is not None:
             names["kv_idx"] = widen(f"{t.cols}[None, :]")
+        if t.heads is not None:
+            names["h_idx"] = widen(f"{t.heads}[:, None]" if t.rank == 2 else t.heads)
         if wide:
             for g in ("b", "h"):
                 if g in self.scope.names:
@@ -415,7 +446,7 @@ class KernelEmitter:
         for acc in s.rescale:
             self.emit(f"{acc} = {acc} * {alpha}{'[:, None]' if self.tile(acc, s).rank == 2 else ''}")
         self.emit(f"{m} = {m_new}")
-        self.scope.tiles[s.out] = Tile(S.dims, S.fmt, S.rows, S.cols)
+        self.scope.tiles[s.out] = Tile(S.dims, S.fmt, S.rows, S.cols, heads=S.heads)
 
     def s_Normalize(self, s: n.Normalize) -> None:
         self.comment_tl(s)
@@ -425,7 +456,7 @@ class KernelEmitter:
         inv = self.scope.fresh(f"{s.row_sum}_inv")
         self.emit(f"{inv} = tl.where({s.row_sum} > 0, 1.0 / {s.row_sum}, 0.0)  # a row that saw nothing gives O = 0")
         self.emit(f"{out} = {s.acc} * {inv}{'[:, None]' if acc.rank == 2 else ''}")
-        self.scope.tiles[s.out] = Tile(acc.dims, acc.fmt, acc.rows, acc.cols)
+        self.scope.tiles[s.out] = Tile(acc.dims, acc.fmt, acc.rows, acc.cols, heads=acc.heads)
 
     def s_LogSumExp(self, s: n.LogSumExp) -> None:
         self.comment_tl(s)
@@ -433,7 +464,7 @@ class KernelEmitter:
         self.tile(s.row_sum, s)
         out = self.name(s.out, s)
         self.emit(f'{out} = tl.where({s.row_sum} > 0, {s.row_max} + tl.log({s.row_sum}), float("-inf"))')
-        self.scope.tiles[s.out] = Tile(m.dims, "fp32", m.rows, None)
+        self.scope.tiles[s.out] = Tile(m.dims, "fp32", m.rows, None, heads=m.heads)
 
     def s_Reshape(self, s: n.Reshape) -> None:
         self.comment_tl(s)

@@ -26,7 +26,7 @@ _DEVICE_FUNCS = {
     "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt", "tanh": "tanh", "sigmoid": "tl.sigmoid",
     "where": "tl.where", "cdiv": "tl.cdiv", "floor": "tl.floor", "ceil": "tl.ceil",
 }
-_HOST_FUNCS = {"min": "min", "max": "max", "abs": "abs", "cdiv": "triton.cdiv"}
+_HOST_FUNCS = {"min": "min", "max": "max", "abs": "abs"}
 
 
 @dataclass
@@ -101,6 +101,9 @@ def host(e: n.Expr, ctx: ExprContext) -> str:
         return f"(-{host(e.operand, ctx)})"
     if isinstance(e, n.Binary) and e.op in ("+", "-", "*", "//", "%"):
         return f"({host(e.left, ctx)} {e.op} {host(e.right, ctx)})"
+    if isinstance(e, n.Call) and e.func == "cdiv" and len(e.args) == 2:
+        # TL's cdiv(a, b) = -floor(-a / b), in plain Python: triton.cdiv is a JIT function that costs microseconds per call
+        return f"(-(-{host(e.args[0], ctx)} // {host(e.args[1], ctx)}))"
     if isinstance(e, n.Call) and e.func in _HOST_FUNCS:
         return f"{_HOST_FUNCS[e.func]}({', '.join(host(a, ctx) for a in e.args)})"
     _fail(e, "only integer arithmetic (+ - * // %, min, max, abs, cdiv) is allowed in a grid extent or scratch shape", ctx)

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import inspect
 import math
-import numbers
 import sys
 import warnings
 from pathlib import Path
@@ -20,10 +19,14 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ...abi import ARG_SHAPES, RUNTIME_SCALARS
+from ...abi import ARG_SHAPES, check_scalars
 from ...errors import AttnforgeError, CompileError, LaunchError
 from .interpreter import KNOB_LOCK, interpreting
 from .runtime import check_arguments
+
+
+# Keyword options of a generated ``launch`` that are not kernel arguments (see launcher.py).
+LAUNCH_OPTIONS = frozenset({"checked", "slots"})
 
 
 def gpu_available() -> bool:
@@ -75,7 +78,8 @@ class GeneratedKernel:
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **scalars) -> None:
         """Run into caller-provided outputs (o: B,Hq,Sq,Dv in the output dtype; lse: B,Hq,Sq fp32)."""
-        takes = self.accepts - {"q", "k", "v", "o", "lse"}
+        takes = self.accepts - {"q", "k", "v", "o", "lse"} - LAUNCH_OPTIONS
+        slots = scalars.pop("slots", None)
         unknown = sorted(set(scalars) - takes)
         if unknown:
             raise LaunchError(f"this kernel takes no {', '.join(unknown)}", where="kernel call",
@@ -86,7 +90,7 @@ class GeneratedKernel:
             raise LaunchError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
         tensors = dict(q=q, k=k, v=v, o=o, lse=lse, **{n: t for n, t in kwargs.items() if n in ARG_SHAPES})
         self._check_tensors(tensors)
-        _check_scalars({n: x for n, x in kwargs.items() if n not in ARG_SHAPES})
+        check_scalars({n: x for n, x in kwargs.items() if n not in ARG_SHAPES})
         # The module's launcher checks again; this check comes first so that it never unpacks a bad shape.
         check_arguments({n: t for n, t in tensors.items() if n in self.dtypes}, self.head_dim, self.head_dim_v, self.dtypes)
         if self.interpret:
@@ -95,8 +99,24 @@ class GeneratedKernel:
             with interpreting(), np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.module.launch(q, k, v, o, lse, **kwargs)
+        elif slots is not None:
+            self.module.launch(q, k, v, o, lse, **kwargs, slots=slots)
         else:
             self.module.launch(q, k, v, o, lse, **kwargs)
+
+    def launch_keyed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, *,
+                     slots: list, checked: bool, **scalars) -> None:
+        """``launch`` for one key of ``attention()``'s dispatch cache (shapes, strides, dtypes,
+        devices, alignment, scalars), with that key's ``slots`` (``runtime.launch_kernel``).
+        ``checked``: an earlier launch of this key passed every check, so they are skipped.
+        Modules without these options (written by a model, or by an older attnforge) are
+        launched with every check."""
+        if self.interpret or not LAUNCH_OPTIONS <= self.accepts:
+            self.launch(q, k, v, o, lse, **scalars)
+        elif not checked:
+            self.launch(q, k, v, o, lse, **scalars, slots=slots)
+        else:
+            self.module.launch(q, k, v, o, lse, **scalars, checked=True, slots=slots)
 
     def _check_tensors(self, tensors: dict[str, object]) -> None:
         """Each argument a torch tensor with the ABI's number of dims, on this kernel's device:
@@ -127,12 +147,3 @@ class GeneratedKernel:
         return o, lse
 
 
-def _check_scalars(scalars: dict[str, object]) -> None:
-    """Runtime scalars of the right kind: finite real numbers, integers for window sizes."""
-    for name, value in scalars.items():
-        kind = RUNTIME_SCALARS[name].kind if name in RUNTIME_SCALARS else "float"
-        if kind == "int":
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise LaunchError(f"{name} = {value!r} is not an integer", where=name, hint=f"{name} is {RUNTIME_SCALARS[name].meaning}: an int >= 0")
-        elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-            raise LaunchError(f"{name} = {value!r} is not a finite number", where=name, hint="pass a Python float")

@@ -61,7 +61,17 @@ class KernelInfo:
         dims (every stride but the innermost is a multiple of the head dim)."""
         if any(d % 16 for d in head_dims):
             return frozenset()
-        return frozenset(name for t in self.tensors for name in stride_names(t, self.ranks[t])[:-1])
+        return frozenset(name for t in self.tensors for name in stride_names(t, self.ranks[t])[:-1]) - self.unspecialised
+
+    @property
+    def unspecialised(self) -> frozenset[str]:
+        """Arguments the JIT must not specialise on (``do_not_specialize``): the sizes and window
+        lengths, which change from call to call, and the outer strides of the LSE (B, Hq, Sq),
+        which follow Sq. Specialising on them (a value of 1, a multiple of 16) would compile a
+        new kernel for new lengths; the LSE is stored one value per row, so knowing its strides
+        are multiples of 16 buys nothing."""
+        lse = stride_names("lse", self.ranks["lse"])[:-1] if "lse" in self.tensors else []
+        return frozenset(SIZE_ARGS) | frozenset(s for s in self.scalars if s in INT_SCALARS) | frozenset(lse)
 
 
 def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> list[str]:
@@ -72,21 +82,24 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
     sig = ", ".join(t for t in ("q", "k", "v", "o", "lse") if t in tensors)
     kw = "".join(f", {s}" for s in scalars) + (", alibi_slopes" if "alibi_slopes" in tensors else "")
     lines = [
-        f"def launch({sig}, *{kw}) -> None:",
+        f"def launch({sig}, *{kw}, checked: bool = False, slots: list | None = None) -> None:",
         f'{INDENT}"""Run the program on BHSD-indexed tensors (any strides; BSHD is q.transpose(1, 2)).',
         "",
         f"{INDENT}Writes O into ``o`` (B, Hq, Sq, Dv) and the natural-log log-sum-exp into ``lse`` (B, Hq, Sq, fp32).",
+        f"{INDENT}``checked``: the caller has checked these arguments' shapes, dtypes and devices already;",
+        f"{INDENT}``slots``: the compiled kernels of earlier calls that specialise alike (``runtime.launch_kernel``).",
         f'{INDENT}"""',
         f"{INDENT}B, Hq, Sq, D = q.shape",
         f"{INDENT}Hkv, Sk = k.shape[1], k.shape[2]",
         f"{INDENT}Dv = v.shape[3]",
-        f"{INDENT}check_arguments(dict({', '.join(f'{t}={t}' for t in tensors)}), HEAD_DIM, HEAD_DIM_V, TENSOR_DTYPES)",
+        f"{INDENT}if not checked:",
+        f"{INDENT * 2}check_arguments(dict({', '.join(f'{t}={t}' for t in tensors)}), HEAD_DIM, HEAD_DIM_V, TENSOR_DTYPES)",
     ]
     for name in ("window_left", "window_right"):
         if name in scalars:
             lines.append(f'{INDENT}{name} = window_bound("{name}", {name}, Sq, Sk)')
     allocated: set[str] = set()
-    for info in infos:
+    for index, info in enumerate(infos):
         kernel = next(k for k in program.kernels if k.name == info.name)
         ctx = exprs.ExprContext({**{s: s for s in SIZE_ARGS + ('D', 'Dv')}, **{p: str(v) for p, v in info.params.items()}}, file=file)
         for sc in kernel.scratch:
@@ -100,15 +113,14 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
             lines.append(f"{INDENT}points = {grid}")
             grid = "min(points, program_slots(q.device))"
         for name, tensor, block in info.descriptors:
-            lines.append(f"{INDENT}{name} = tma_descriptor({tensor}, \"{tensor}\", {list(block)})")
+            lines.append(f"{INDENT}{name} = tma_descriptor({tensor}, \"{tensor}\", {list(block)}, checked=checked)")
         groups = [
             ", ".join(list(info.tensors) + [d[0] for d in info.descriptors]),
             ", ".join(f"*{t}.stride()" for t in info.tensors),
             ", ".join(SIZE_ARGS + info.scalars),
-            ", ".join(f"{c}={v}" for c, v in info.constexprs.items()),
-            f"num_warps={info.num_warps}, num_stages={info.num_stages}",
         ]
-        lines.append(f"{INDENT}{info.name}[({grid},)](")
+        lines.append(f"{INDENT}launch_kernel({info.name}, ({grid},), (")
         lines += [f"{INDENT * 2}{g}," for g in groups if g]
-        lines.append(f"{INDENT})")
+        lines.append(f"{INDENT}), dict({', '.join(f'{c}={v}' for c, v in info.constexprs.items())}),")
+        lines.append(f"{INDENT * 2}num_warps={info.num_warps}, num_stages={info.num_stages}, slots=slots, index={index})")
     return lines

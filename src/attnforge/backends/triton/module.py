@@ -28,7 +28,7 @@ from .emit import INDENT, KernelEmitter, stride_names
 from .launcher import KernelInfo, launcher
 from .rules import refusal
 
-RUNTIME_IMPORTS = "check_arguments", "program_slots", "tma_descriptor", "window_bound"
+RUNTIME_IMPORTS = "check_arguments", "launch_kernel", "program_slots", "tma_descriptor", "window_bound"
 
 
 @dataclass
@@ -61,7 +61,6 @@ def _kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v
     for t in facts.tensors:
         args += stride_names(t, facts.ranks[t])
     args += list(SIZE_ARGS) + list(kernel.scalars) + [f"{c}: tl.constexpr" for c in constexprs]
-    header = ["@triton.jit", f"def {kernel.name}("] + [INDENT + a + "," for a in args] + ["):"]
     tl_lines = print_kernel(kernel)
     tl_lines = tl_lines[: tl_lines.index("")] if "" in tl_lines else tl_lines
     doc = [INDENT + '"""TL kernel ' + kernel.name + ':', ""] + [INDENT + line for line in tl_lines] + [INDENT + '"""']
@@ -73,6 +72,8 @@ def _kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v
                           for (tensor, dims), name in em.descriptors.items()),
         persistent=em.persistent,
     )
+    unspecialised = ", ".join(f'"{a}"' for a in args if a in info.unspecialised)  # the ahead-of-time compile agrees
+    header = [f"@triton.jit(do_not_specialize=({unspecialised}))", f"def {kernel.name}("] + [INDENT + a + "," for a in args] + ["):"]
     return header + doc + body, info, em.helpers
 
 

@@ -1,0 +1,235 @@
+"""A generated CUDA file on disk, compiled for the local GPU (cached cubin) and launched on torch
+tensors on torch's current stream: through CuPy (``RawModule``) when it is installed, else
+through the CUDA driver API directly (``libcuda`` via ctypes). ``ATTNFORGE_CUDA_LOADER=cupy|driver``
+picks one. No PyTorch extension is built: nvcc makes a cubin, the driver loads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars
+from ...dtypes import torch_dtype
+from ...errors import AttnforgeError, CompileError, LaunchError
+from ..triton.runtime import check_arguments, window_bound  # plain Python (no triton import): the ABI's argument checks
+from .compile import PATHS, arch_of, compile_cubin
+from .module import read_meta
+
+_LOCK = threading.Lock()
+
+
+def _cdiv_env() -> dict:
+    return {"min": min, "max": max, "abs": abs}
+
+
+# ------------------------------------------------------------------------------ loaders
+
+class _CupyFunction:
+    def __init__(self, cubin: bytes, name: str, smem: int, device: int):
+        import cupy
+
+        self.cupy = cupy
+        import hashlib
+        import tempfile
+
+        file = Path(tempfile.gettempdir()) / f"attnforge-{hashlib.sha256(cubin).hexdigest()[:24]}.cubin"
+        if not file.is_file():
+            part = file.with_suffix(f".{os.getpid()}.part")
+            part.write_bytes(cubin)
+            os.replace(part, file)
+        with cupy.cuda.Device(device):
+            self.module = cupy.RawModule(path=str(file))
+            self.fn = self.module.get_function(name)
+            if smem > 48 * 1024:
+                self.fn.max_dynamic_shared_size_bytes = smem
+        self.device = device
+
+    def launch(self, grid: int, threads: int, smem: int, stream: int, args: list) -> None:
+        cupy = self.cupy
+        packed = []
+        for kind, value in args:
+            packed.append({"ptr": np.uint64, "i64": np.int64, "i32": np.int32, "f32": np.float32}[kind](value))
+        with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(stream):
+            self.fn((grid,), (threads,), tuple(packed), shared_mem=smem)
+
+
+class _DriverFunction:
+    _lib = None
+
+    @classmethod
+    def lib(cls):
+        if cls._lib is None:
+            lib = ctypes.CDLL("libcuda.so.1")
+            cls._check(lib.cuInit(0), "cuInit")
+            cls._lib = lib
+        return cls._lib
+
+    @staticmethod
+    def _check(code: int, what: str) -> None:
+        if code != 0:
+            raise LaunchError(f"CUDA driver call {what} failed with error {code}", where="cuda launch")
+
+    def __init__(self, cubin: bytes, name: str, smem: int, device: int):
+        lib = self.lib()
+        torch.cuda.current_stream(device)  # the runtime's primary context exists and is current
+        ctx = ctypes.c_void_p()
+        self._check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            dev = ctypes.c_int()
+            self._check(lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+            self._check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+            self._check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self._image = ctypes.create_string_buffer(cubin, len(cubin))
+        self.module = ctypes.c_void_p()
+        self._check(lib.cuModuleLoadData(ctypes.byref(self.module), self._image), "cuModuleLoadData")
+        self.fn = ctypes.c_void_p()
+        self._check(lib.cuModuleGetFunction(ctypes.byref(self.fn), self.module, name.encode()), "cuModuleGetFunction")
+        if smem > 48 * 1024:
+            self._check(lib.cuFuncSetAttribute(self.fn, 8, ctypes.c_int(smem)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+    def launch(self, grid: int, threads: int, smem: int, stream: int, args: list) -> None:
+        ctypes_of = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+        values = [ctypes_of[kind](value) for kind, value in args]
+        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+        lib = self.lib()
+        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                                       ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._check(lib.cuLaunchKernel(self.fn, grid, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), params, None), "cuLaunchKernel")
+
+
+def _loader() -> str:
+    want = os.environ.get("ATTNFORGE_CUDA_LOADER", "auto")
+    if want in ("cupy", "driver"):
+        return want
+    try:
+        import cupy  # noqa: F401
+
+        return "cupy"
+    except Exception:
+        return "driver"
+
+
+# ------------------------------------------------------------------------------ the kernel
+
+class CudaKernel:
+    """``kernel(q, k, v, scale=..., ...) -> (o, lse)`` for a generated CUDA file (BHSD-indexed tensors).
+
+    ``path``: "native" (the GPU's own code) or "turing" (the sm_75 code: m16n8k8, no cp.async)."""
+
+    interpret = False
+
+    def __init__(self, path: str | Path, *, interpret: bool | None = None, code_path: str | None = None, loader: str | None = None):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise AttnforgeError(f"no generated CUDA file at {self.path}", where=str(self.path), hint="run 'attnforge generate --backend cuda --out DIR' first")
+        if interpret:
+            raise AttnforgeError("the CUDA backend has no CPU interpreter: its kernels run on an NVIDIA GPU (sm_75 or newer)", where=str(self.path),
+                                 hint="verify it on a GPU, generate with --no-verify on a CPU machine, or use --backend triton (which interprets on a CPU)")
+        if not torch.cuda.is_available():
+            raise AttnforgeError("no CUDA GPU here: the CUDA backend's kernels run natively only (it has no CPU interpreter)", where=str(self.path),
+                                 hint="generate with --no-verify here and verify on a GPU ('attnforge verify DIR'), or use --backend triton")
+        self.source = self.path.read_text()
+        try:
+            self.meta = read_meta(self.source)
+        except (ValueError, KeyError) as err:
+            raise CompileError(f"{self.path} has no readable attnforge-cuda-meta line: {err}", where=str(self.path), hint="regenerate it") from err
+        self.code_path = code_path or os.environ.get("ATTNFORGE_CUDA_PATH", "native")
+        if self.code_path not in PATHS:
+            raise AttnforgeError(f"unknown CUDA code path {self.code_path!r}", where="ATTNFORGE_CUDA_PATH", hint="native or turing")
+        self.loader = loader or _loader()
+        self.head_dim, self.head_dim_v = self.meta["head_dim"], self.meta["head_dim_v"]
+        kinfo = self.meta["kernels"]
+        formats = {t: f for k in kinfo for t, f in k["formats"].items()}
+        self.dtypes = {t: torch_dtype(f) for t, f in formats.items() if t in ARG_SHAPES}
+        self.scalar_names = sorted({s for k in kinfo for s in k["scalars"]})
+        self.takes_alibi = any("alibi_slopes" in k["tensors"] for k in kinfo)
+        self._functions: dict[tuple[int, str], Any] = {}
+
+    @property
+    def device(self) -> str:
+        return "cuda"
+
+    def _function(self, device: int, info: dict):
+        key = (device, info["name"])
+        with _LOCK:
+            if key not in self._functions:
+                cc = torch.cuda.get_device_capability(device)
+                cubin, _, _, _ = compile_cubin(self.source, arch_of(cc), self.code_path)
+                cls = _CupyFunction if self.loader == "cupy" else _DriverFunction
+                self._functions[key] = cls(cubin, info["name"], info["smem"], device)
+            return self._functions[key]
+
+    def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **scalars) -> None:
+        takes = set(self.scalar_names) | ({"alibi_slopes"} if self.takes_alibi else set())
+        unknown = sorted(set(scalars) - takes)
+        if unknown:
+            raise LaunchError(f"this kernel takes no {', '.join(unknown)}", where="kernel call", hint=f"it takes {', '.join(sorted(takes))}")
+        missing = sorted(takes - set(scalars))
+        if missing:
+            raise LaunchError(f"this kernel needs {', '.join(missing)}", where="kernel call", hint="pass them as keyword arguments")
+        tensors = dict(q=q, k=k, v=v, o=o, lse=lse)
+        if self.takes_alibi:
+            tensors["alibi_slopes"] = scalars["alibi_slopes"]
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor):
+                raise LaunchError(f"{name} is a {type(t).__name__}, not a torch.Tensor", where=name)
+            if t.device.type != "cuda":
+                raise LaunchError(f"{name} is on {t.device}; this kernel runs on a CUDA GPU", where=name, hint="move the tensors with .to('cuda')")
+        check_scalars({n_: x for n_, x in scalars.items() if n_ != "alibi_slopes"})
+        check_arguments(tensors, self.head_dim, self.head_dim_v, self.dtypes)
+        B, Hq, Sq, _ = q.shape
+        Hkv, Sk = k.shape[1], k.shape[2]
+        if B * Hq * Sq == 0:
+            return
+        device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        # 16-byte row copies need unit inner strides, rows at 8-element multiples and 16-byte aligned data;
+        # pair stores need even row strides. Other layouts go through a contiguous copy.
+        ins = {}
+        for name in ("q", "k", "v"):
+            t = tensors[name]
+            ok = t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0
+            ins[name] = t if ok else t.contiguous()
+        o_target = o
+        o_ok = o.stride(-1) == 1 and all(s % 2 == 0 for s in o.stride()[:-1]) and o.data_ptr() % 4 == 0
+        if not o_ok:
+            o = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+        tensors.update(ins, o=o)
+        if self.takes_alibi:
+            tensors["alibi_slopes"] = tensors["alibi_slopes"].contiguous()
+        values = dict(scalars)
+        for name in ("window_left", "window_right"):
+            if name in values:
+                values[name] = window_bound(name, values[name], Sq, Sk)
+        sizes = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk}
+        stream = torch.cuda.current_stream(device).cuda_stream
+        with torch.cuda.device(device):
+            for info in self.meta["kernels"]:
+                env = {**_cdiv_env(), **sizes}
+                grid = math.prod(int(eval(g, {"__builtins__": {}}, env)) for g in info["grid"]) if info["grid"] else 1  # noqa: S307 (our own integer expressions)
+                if grid <= 0:
+                    continue
+                if grid >= 2**31:
+                    raise LaunchError(f"{grid} blocks exceed the grid limit", where="kernel call", hint="split the batch")
+                args = [("ptr", tensors[t].data_ptr()) for t in info["tensors"]]
+                args += [("i64", s) for t in info["tensors"] for s in tensors[t].stride()]
+                args += [("i32", sizes[s]) for s in SIZE_ARGS]
+                args += [("i32" if info["scalar_kinds"][s] == "int" else "f32", values[s]) for s in info["scalars"]]
+                self._function(device, info).launch(grid, info["threads"], info["smem"], stream, args)
+        if o is not o_target:
+            o_target.copy_(o)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
+        B, Hq, Sq, _ = q.shape
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        o = torch.empty((B, Hq, Sq, v.shape[-1]), dtype=self.dtypes.get("o", q.dtype), device=q.device)
+        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+        self.launch(q, k, v, o, lse, scale=scale, **scalars)
+        return o, lse

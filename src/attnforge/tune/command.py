@@ -1,0 +1,66 @@
+"""The ``attnforge tune`` command (the search is in ``tune/search.py``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+TUNE_HELP = """\
+Search a spec's TL parameters (BM, BN, warps, stages, TMA, persistent scheduling) on the local
+GPU, every candidate verified before it is timed, and keep the fastest in the tuning database
+that `attnforge generate` and attention() consult ($ATTNFORGE_TUNING, else tuning.json in the
+kernel cache; the package ships one measured on an H200). A rejected candidate says why, and
+rules out the candidates that would fail the same way.
+
+The spec's lengths pick the sequence bucket (<=1024, <=4096, <=16384, >16384); --seq names one.
+Without a GPU the candidates run in the interpreter on a tiny shape: the search and the database
+work, the times mean nothing for a GPU.
+
+examples:
+  attnforge tune --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --seqlen-q 4096
+  attnforge tune --spec myspec.toml --budget 120 --db tuning.json
+
+exit codes: 0 a choice was recorded, 1 no candidate passed the gate, 2 bad input
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..spec import add_spec_arguments
+
+    p = sub.add_parser("tune", formatter_class=argparse.RawDescriptionHelpFormatter, description=TUNE_HELP,
+                       help="search a spec's TL parameters on this GPU and record the fastest verified choice")
+    add_spec_arguments(p, kernels=True)
+    p.add_argument("--target", default="auto", help="GPU target (default: the local GPU; tuning times it there)")
+    p.add_argument("--backend", default="auto", help="stage-2 backend (default auto)")
+    p.add_argument("--seq", choices=["<=1024", "<=4096", "<=16384", ">16384"], help="sequence bucket (default: from the spec's lengths)")
+    p.add_argument("--budget", type=float, default=300.0, metavar="SECONDS", help="stop starting candidates after this long (default 300)")
+    p.add_argument("--max-candidates", type=int, metavar="N", help="try at most N candidates")
+    p.add_argument("--db", type=Path, help="database file to write (default: $ATTNFORGE_TUNING or the cache's tuning.json)")
+    p.set_defaults(func=run)
+
+
+def run(ns: argparse.Namespace, console: Console) -> int:
+    from ..cli import resolve_target
+    from ..errors import AttnforgeError
+    from ..spec import spec_from_args
+    from .search import tune
+
+    spec = spec_from_args(ns)
+    if ns.budget <= 0 or (ns.max_candidates is not None and ns.max_candidates < 1):
+        raise AttnforgeError("--budget and --max-candidates must be positive", where="--budget/--max-candidates")
+    target = resolve_target(ns.target, console)
+    console.print(f"attnforge tune: {spec.describe()} on {target.name} ({target.sm}), budget {ns.budget:.0f} s", style="bold", markup=False)
+    outcome = tune(spec, target, backend=ns.backend, seq=ns.seq, budget_s=ns.budget, max_candidates=ns.max_candidates, db=ns.db,
+                   progress=lambda text: console.print(f"  {text}", markup=False, highlight=False))
+    if outcome.entry is None:
+        console.print(f"no candidate passed the gate ({len(outcome.trials)} tried)", style="bold red", markup=False)
+        return 1
+    e = outcome.entry
+    gain = f" ({e.planner_ms / e.ms:.2f}x the planner's first choice)" if e.planner_ms else ""
+    from .database import user_path
+
+    console.print(f"best: {', '.join(f'{k}={v}' for k, v in e.params.items())}: {e.ms:.3f} ms on {e.shape}{gain}; "
+                  f"recorded in {ns.db or user_path()}", style="bold green", markup=False)
+    return 0

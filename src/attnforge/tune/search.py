@@ -1,0 +1,210 @@
+"""``attnforge tune``'s search: TL parameters for one spec bucket and sequence-length bucket on a
+GPU, every candidate through the whole gate (check, interpret, translate, compile, verify) before
+it is timed, within a time budget.
+
+The candidates start from the planner's first choice and walk its neighbours (BM, BN, warps,
+stages, TMA, persistent scheduling), nearest first. A rejection prunes what would fail for the
+same reason: a kernel that spills rules out tiles at least as large (not fewer stages: stages
+cost shared memory, not registers); one over shared memory rules out as many stages of tiles at
+least as large. Times are medians of CUDA events on the bucket's timing shape, beside the
+planner's first choice in the same run. Without a GPU, candidates run in the interpreter on a
+tiny shape: the search and the database work, but the times say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Callable
+
+from ..backends import Backend, choose_backend
+from ..cache import spec_bucket
+from ..errors import AttnforgeError
+from ..generate import generate
+from ..plan import builtin
+from ..spec import AttentionSpec
+from ..targets import Target
+from . import database
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Trial:
+    params: dict[str, int]
+    ms: float | None = None
+    rejected: str | None = None  # which gate refused it, and why
+
+
+@dataclass
+class Outcome:
+    entry: database.Entry | None
+    trials: list[Trial] = field(default_factory=list)
+
+
+def timing_shape(spec: AttentionSpec, seq: str, native: bool) -> tuple[int, int, int, int, int]:
+    """(B, Hq, Hkv, Sq, Sk) the bucket is timed on: 16k tokens at 2048 hidden as the benchmarks
+    use (decode: B=64 at the bucket's length); a tiny shape in the interpreter."""
+    g = spec.group_size
+    if not native:
+        return 1, g, 1, 1 if spec.is_decode else 32, 48
+    length = int(seq.lstrip("<=>")) if not seq.startswith(">") else 2 * database.SEQ_BUCKETS[-1]
+    hq = max(g, 2048 // spec.head_dim // g * g)
+    if spec.is_decode:
+        return 64, hq, hq // g, 1, length
+    return max(1, 16384 // length), hq, hq // g, length, length
+
+
+def neighbours(first: dict[str, int], target: Target, kind: str) -> list[dict[str, int]]:
+    """The planner's first choice, then parameter sets around it, nearest (fewest changes) first."""
+    axes: dict[str, list[int]] = {"BM": [64, 128] if kind == "prefill" else [first["BM"]],
+                                  "BN": [32, 64, 128], "warps": [4, 8], "stages": [1, 2, 3, 4]}
+    if "tma" in first:
+        axes["tma"] = [first["tma"], 1 - first["tma"]]
+    if kind == "prefill":
+        axes["persistent"] = [0, 1]
+    grid = []
+    for values in itertools.product(*axes.values()):
+        params = {**first, **dict(zip(axes, values))}
+        for switch in ("persistent", "tma"):  # a strategy that is off is left out (TL params are >= 1)
+            if params.get(switch) == 0:
+                params.pop(switch)
+        grid.append(params)
+    distance = lambda p: sum(p.get(k) != first.get(k) for k in set(p) | set(first))  # noqa: E731
+    unique = {tuple(sorted(p.items())): p for p in grid}
+    return sorted(unique.values(), key=distance)
+
+
+def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:
+    """Whether an earlier rejection rules ``params`` out (see the module docstring)."""
+    for why, bad in by:
+        tile, bad_tile = params["BM"] * params["BN"], bad["BM"] * bad["BN"]
+        if why == "spills" and tile >= bad_tile and params["warps"] <= bad["warps"]:
+            return True
+        if why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1):
+            return True
+    return False
+
+
+def _reason(message: str) -> str | None:
+    text = message.lower()
+    if "spill" in text or "register" in text:
+        return "spills"
+    if "shared memory" in text or "tl503" in text or "tl504" in text:
+        return "shared"
+    return None
+
+
+def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", seq: str | None = None, budget_s: float = 300.0,
+         max_candidates: int | None = None, db: Path | None = None, progress: Progress | None = None) -> Outcome:
+    """Search one (spec bucket, sequence bucket) on ``target`` and record the fastest verified
+    candidate in the database ``db`` (the user's by default). Needs the target's GPU to time
+    natively; without a GPU the interpreter runs a tiny shape (see the module docstring)."""
+    import torch
+
+    say = progress or (lambda text: None)
+    chosen = backend if isinstance(backend, Backend) else choose_backend(backend, spec, target)
+    seq = seq or database.seq_bucket(spec)
+    native = torch.cuda.is_available()
+    if native:
+        from ..targets import detect_local_target
+
+        local = detect_local_target(torch.cuda.current_device())
+        if local.cc != target.cc:
+            raise AttnforgeError(f"tuning for {target.name} ({target.sm}) needs that GPU; this one is {local.name} ({local.sm})",
+                                 where="--target", hint=f"tune on a {target.name}, or pass --target {local.name}")
+    B, Hq, Hkv, Sq, Sk = timing_shape(spec, seq, native)
+    shape = f"B={B} Hq={Hq}/Hkv={Hkv} Sq={Sq} Sk={Sk}"
+    bucket = spec_bucket(spec)
+    kind, cands = builtin.candidates(AttentionSpec(**{**spec.to_dict(), "batch": B, "heads": Hq, "kv_heads": Hkv, "seqlen_q": Sq,
+                                                      "seqlen_k": Sk}), target, refused=set(chosen.refused_strategies(target)))
+    first = cands[0].params
+    order = neighbours(first, target, kind)[: max_candidates or None]
+    deadline = time.monotonic() + budget_s
+    trials: list[Trial] = []
+    pruned_by: list[tuple[str, dict[str, int]]] = []
+    inputs = _inputs(spec, B, Hq, Hkv, Sq, Sk, "cuda" if native else "cpu")
+    with tempfile.TemporaryDirectory(prefix="attnforge-tune-") as tmp:
+        for i, params in enumerate(order):
+            if time.monotonic() > deadline and trials:
+                say(f"budget of {budget_s:.0f} s spent after {len(trials)} candidate(s)")
+                break
+            if _pruned(params, pruned_by):
+                continue
+            trial = Trial(params)
+            trials.append(trial)
+            text = builtin.source_for(bucket, target, kind, params)
+            out = Path(tmp) / f"c{i}"
+            result = generate(bucket, target, out, backend=chosen, tl=text, tl_file=f"candidate-{i}.tl", tuned=False)
+            if not result.verified:
+                trial.rejected = f"{result.failed_step or 'verify'}: {(result.error or 'not verified').splitlines()[0][:200]}"
+                why = _reason(result.error or "")
+                if why is not None:
+                    pruned_by.append((why, params))
+                say(f"rejected {_fmt(params)}: {trial.rejected}")
+                continue
+            kernel = chosen.load(out / chosen.source_file, interpret=not native)
+            trial.ms = _time(kernel, inputs, spec, native)
+            say(f"{_fmt(params)}: {trial.ms:.3f} ms" + (" (the planner's first choice)" if params == first else ""))
+    timed = [t for t in trials if t.ms is not None]
+    if not timed:
+        return Outcome(None, trials)
+    best = min(timed, key=lambda t: t.ms)
+    planner = next((t.ms for t in timed if t.params == first), None)
+    device = torch.cuda.get_device_name() if native else "cpu (interpreter)"
+    versions = ", ".join(f"{name} {version}" for name, version in {"torch": torch.__version__, **chosen.versions()}.items())
+    entry = database.Entry(target=target.name, backend=chosen.name, spec=database.spec_key(spec), seq=seq, params=best.params, ms=best.ms,
+                           planner_ms=planner, device=device, shape=shape, tried=len(trials),
+                           measured=f"{date.today().isoformat()}, {versions}",
+                           rejected=[f"{_fmt(t.params)}: {t.rejected}" for t in trials if t.rejected])
+    database.record(entry, db)
+    return Outcome(entry, trials)
+
+
+def _inputs(spec: AttentionSpec, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, device: str):
+    import torch
+
+    from ..dtypes import torch_dtype
+
+    dtype = torch_dtype(spec.dtype)
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(B, Hq, Sq, spec.head_dim, generator=gen, device=device, dtype=dtype)
+    k = torch.randn(B, Hkv, Sk, spec.head_dim, generator=gen, device=device, dtype=dtype)
+    v = torch.randn(B, Hkv, Sk, spec.head_dim_v, generator=gen, device=device, dtype=dtype)
+    return q, k, v
+
+
+def _time(kernel, inputs, spec: AttentionSpec, native: bool) -> float:
+    """Median milliseconds of one launch: CUDA events natively, wall time in the interpreter."""
+    import torch
+
+    q, k, v = inputs
+    o = torch.empty(q.shape[:3] + (spec.head_dim_v,), dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    scalars = {**spec.runtime_scalars()}
+    if spec.alibi_slopes is not None:
+        from ..spec import alibi_slopes_for
+
+        scalars["alibi_slopes"] = torch.tensor(alibi_slopes_for(q.shape[1]), dtype=torch.float32, device=q.device)
+    run = lambda: kernel.launch(q, k, v, o, lse, **scalars)  # noqa: E731
+    if native:
+        from ..backends.triton.timing import median_ms
+
+        return median_ms(run)
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3)
+    return min(times)
+
+
+def _fmt(params: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+__all__ = ["Outcome", "Trial", "neighbours", "timing_shape", "tune"]

@@ -1,0 +1,194 @@
+"""The CUDA C++ backend without a GPU: translation, refusals, compiles for every mma.sync
+target (no spills, the tensor-core instructions really in the SASS), the pipeline lint and the
+CUDA mutants. Native verification needs a GPU: ``python -m attnforge.backends.cuda.gpucheck``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from attnforge import AttentionSpec, get_target
+from attnforge.backends import choose_backend, get_backend, names
+from attnforge.compile_report import check_fits
+from attnforge.errors import AttnforgeError, CompileError, DoesNotFitError, TranslateError
+from attnforge.generate import generate
+from attnforge.plan.builtin import plan, plans
+from attnforge.selftest.mutants import CUDA_MUTANTS, SPECS
+from attnforge.tl import catalog
+from attnforge.tl.parser import parse
+
+cuda = get_backend("cuda")
+pytestmark = pytest.mark.skipif(cuda.versions()["nvcc"] == "missing", reason="nvcc not installed")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _source(spec: AttentionSpec, target: str) -> str:
+    t = get_target(target)
+    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    return cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl").source
+
+
+def _fitting(spec: AttentionSpec, target: str, tmp_path):
+    """The first plan whose kernel compiles for the target and fits it (as generate does)."""
+    from attnforge.backends.cuda.compile import compile_for_target
+
+    t = get_target(target)
+    for p in plans(spec, t, refused=cuda.refused_strategies(t)):
+        src = cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+        reports = compile_for_target(src, t, tmp_path)
+        try:
+            for r in reports:
+                check_fits(r, t)
+        except DoesNotFitError:
+            continue
+        return p, src, reports
+    raise AssertionError(f"no plan fits {target}")
+
+
+def test_registered_after_triton_and_listed():
+    assert names() == ("triton", "cuda")
+    assert cuda.source_file == "kernel_cuda.cu"
+    assert choose_backend("cuda", AttentionSpec(heads=4, head_dim=64, dtype="fp16"), get_target("t4")) is cuda
+    assert set(cuda.refused_strategies(get_target("h100"))) == {"tma", "persistent", "ws"}
+
+
+def test_every_tl_line_is_a_comment_above_its_code():
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=128, dtype="bf16", causal=True)
+    t = get_target("a100")
+    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    src = cuda.translate(p.program, head_dim=128, head_dim_v=128).source
+    stmts = [line.strip() for line in p.source.splitlines() if line.strip() and not line.startswith(("#", "kernel", "target", "computes", "dtype", "param", "scalar", "grid"))]
+    comments = [line.split("// TL: ", 1)[1] for line in src.splitlines() if "// TL: " in line]
+    assert [s for s in stmts] == [c for c in comments]
+    for needle in ("mma.sync.aligned.m16n8k16", "mma.sync.aligned.m16n8k8", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global",
+                   "af_quad_max", "#define AF_BF16 1", 'extern "C" __global__ void __launch_bounds__(256) attn_fwd('):
+        assert needle in src
+
+
+@pytest.mark.parametrize("target, dtype, hmma, copy", [
+    ("t4", "fp16", "HMMA.1688", "LDG"),       # sm_75: m16n8k8 and 16-byte vector loads
+    ("a100", "bf16", "HMMA.16816", "LDGSTS"),  # sm_80: m16n8k16 and cp.async
+    ("a10", "fp16", "HMMA.16816", "LDGSTS"),   # sm_86 (99 KiB of shared memory: fewer stages)
+    ("l4", "bf16", "HMMA.16816", "LDGSTS"),    # sm_89
+    ("h100", "bf16", "HMMA.16816", "LDGSTS"),  # sm_90: the mma.sync path
+])
+def test_compiles_for_every_mma_sync_target_without_spills(target, dtype, hmma, copy, tmp_path):
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=128, dtype=dtype, causal=True)
+    p, src, reports = _fitting(spec, target, tmp_path)
+    (r,) = reports
+    assert r.spill_bytes == 0 and r.tensor_cores_used and r.sm == get_target(target).sm
+    sass = r.notes[1]
+    assert sass.startswith("SASS: ") and f"{hmma} x" in sass and f"{copy} x" in sass and "LDSM x" in sass
+    assert ("HMMA.16816" in sass) == (hmma == "HMMA.16816") and ("LDGSTS" in sass) == (copy == "LDGSTS")
+    assert ("cp.async" in r.instructions) == (copy == "LDGSTS") and "mma.sync" in r.instructions
+    assert (tmp_path / f"attn_fwd.{target}.cubin").is_file()
+
+
+def test_the_turing_path_compiles_for_sm_90(tmp_path):
+    from attnforge.backends.cuda.compile import compile_cubin, sass_mix
+
+    src = _source(AttentionSpec(heads=4, head_dim=64, dtype="bf16", causal=True), "h100")
+    cubin, ptx, _, _ = compile_cubin(src, "sm_90", "turing")
+    mix = sass_mix(cubin)
+    assert mix["HMMA.1688"] and not mix["HMMA.16816"] and not mix["LDGSTS"]
+    assert "m16n8k8.row.col.f32.bf16" in ptx
+
+
+def test_features_translate_to_cxx_and_compile(tmp_path):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=40, dtype="fp16", window_left=100, window_right=3,
+                         alibi_slopes="auto", softcap=30.0, score_mod="score - 0.1 * abs(q_idx - kv_idx)", mask_mod="kv_idx % 4 != 0")
+    p, src, (r,) = _fitting(spec, "a100", tmp_path)
+    assert "af_tanh" in src and "alibi_slopes_ptr[" in src and "window_left" in src and "% 4" in src
+    assert r.spill_bytes == 0
+
+
+@pytest.mark.parametrize("spec, target, words", [
+    (AttentionSpec(heads=4, head_dim=64, dtype="bf16"), "t4", "--dtype fp16"),
+    (AttentionSpec(heads=4, head_dim=64, dtype="fp16"), "v100", "--backend triton"),
+    (AttentionSpec(heads=4, head_dim=64, dtype="fp32"), "a100", "dtype fp32"),
+    (AttentionSpec(heads=4, head_dim=100, dtype="fp16"), "a100", "multiples of 8"),
+    (AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512), "a100", "decode"),
+])
+def test_unsupported_specs_are_refused_with_the_reason(spec, target, words):
+    why = cuda.unsupported(spec, get_target(target))
+    assert why is not None and words in why
+    with pytest.raises(AttnforgeError, match="no backend builds"):
+        choose_backend("cuda", spec, get_target(target))
+
+
+def test_unexpressible_programs_are_refused_at_translate_time():
+    decode = plan(AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512), get_target("a100"))
+    with pytest.raises(TranslateError, match="split-KV"):
+        cuda.translate(decode.program, head_dim=64, head_dim_v=64)
+    tma = plan(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("h100"))
+    assert tma.params.get("tma") == 1
+    with pytest.raises(TranslateError, match="strategy tma = 1"):
+        cuda.translate(tma.program, head_dim=64, head_dim_v=64)
+    fp32 = plan(AttentionSpec(heads=4, head_dim=64, dtype="fp32", allow_tf32=True), get_target("a100"))
+    with pytest.raises(TranslateError, match="fp16 or bf16"):
+        cuda.translate(fp32.program, head_dim=64, head_dim_v=64)
+
+
+def test_library_programs_translate_or_are_refused_clearly():
+    for name in catalog.programs():
+        program = catalog.load(name)
+        try:
+            src = cuda.translate(program, head_dim=64, head_dim_v=64).source
+        except TranslateError as err:
+            assert err.message and str(err.where)
+            continue
+        assert "af_mma(" in src and "// TL: " in src
+
+
+def test_pipeline_lint_and_cuda_mutants():
+    from attnforge.backends.cuda.compile import lint
+
+    spec, _ = SPECS["causal"]
+    src = _source(spec, "h200")
+    lint(src)
+    swapped, no_wait = (m.apply(src) for m in CUDA_MUTANTS)
+    assert swapped != src and no_wait != src
+    lint(swapped)  # a wrong fragment mapping is only caught by running it (the GPU grid)
+    with pytest.raises(CompileError, match="cp.async waits"):
+        lint(no_wait)
+
+
+def test_generate_with_the_cuda_backend_on_a_cpu_machine(tmp_path):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="fp16", causal=True)
+    result = generate(spec, get_target("t4"), tmp_path / "out", backend="cuda", run_verification=False)
+    assert result.ok and result.backend.name == "cuda"
+    assert (tmp_path / "out" / "kernel_cuda.cu").is_file() and (tmp_path / "out" / "build" / "attn_fwd.t4.cubin").is_file()
+    (r,) = result.compile_reports
+    assert r.tensor_cores_used and "fma-only" not in r.instructions and "HMMA.1688" in r.notes[1]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["backend_reason"] == "cuda: asked for by name"
+    (e,) = report["estimate"]  # the roofline at T4's mma.sync fp16 rate, beside the kernel in report.md too
+    assert e["kernel"] == "attn_fwd" and e["rate_tflops"] == 65.0 and "mma.sync fp16" in e["rate"]
+    assert "attn_fwd: estimate (roofline, not measured)" in (tmp_path / "out" / "report.md").read_text()
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(AttnforgeError, match="no CPU interpreter|no CUDA GPU"):
+            cuda.load(tmp_path / "out" / "kernel_cuda.cu")
+
+
+def test_auto_prefers_cuda_on_sm75_only_with_a_gpu_to_verify_on(monkeypatch):
+    import torch
+
+    from attnforge.backends import _auto_order, auto_reason
+
+    spec = AttentionSpec(heads=4, head_dim=64, dtype="fp16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert choose_backend("auto", spec, get_target("t4")).name == "triton"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _auto_order(get_target("t4"))[0] == "cuda" and choose_backend("auto", spec, get_target("t4")) is cuda
+    assert "no tensor-core instructions" in auto_reason(get_target("t4"))
+    assert choose_backend("auto", spec, get_target("a100")).name == "triton"
+    # bf16 on a T4: the CUDA backend refuses it (no bf16 MMA on sm_75), so auto tries Triton
+    assert cuda.unsupported(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("t4")) is not None

@@ -1,0 +1,114 @@
+"""attention()'s dispatch cache: a repeated call skips every check and goes straight to its
+prepared launch; a change of shape, stride, dtype or option is a new key (checked again)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnforge
+from attnforge import api
+from attnforge.errors import AttnforgeError
+from attnforge.reference import attention_reference, relative_error
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path_factory.getbasetemp() / "kernel-cache"))
+    api._dispatch.clear()
+    prepared = []
+    real = api._prepare
+
+    def counting(*args, **kwargs):
+        prepared.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "_prepare", counting)
+    return prepared
+
+
+def _qkv(Sq=19, Sk=23, D=16, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, h, s, D, generator=g).to(dtype) for h, s in ((2, Sq), (1, Sk), (1, Sk)))
+
+
+def _expected(q, k, v, **kw):
+    return attention_reference(*(t.double().numpy() for t in (q, k, v)), scale=1 / math.sqrt(q.shape[-1]), **kw)[0]
+
+
+def test_same_call_hits_and_new_tensors_of_the_same_key_hit_too(_fresh):
+    q, k, v = _qkv()
+    first = attnforge.attention(q, k, v, causal=True)
+    again = attnforge.attention(q, k, v, causal=True)
+    q2, k2, v2 = _qkv(seed=1)  # new data, same shapes and strides: same key
+    other = attnforge.attention(q2, k2, v2, causal=True)
+    assert len(_fresh) == 1 and len(api._dispatch) == 1
+    assert torch.equal(first, again)
+    assert relative_error(other.double().numpy(), _expected(q2, k2, v2, causal=True)) < 5e-3
+
+
+@pytest.mark.parametrize("change", ["shape", "stride", "dtype", "option", "scale"])
+def test_a_change_of_shape_stride_dtype_or_option_misses(_fresh, change):
+    q, k, v = _qkv()
+    attnforge.attention(q, k, v)
+    kwargs: dict = {}
+    if change == "shape":
+        q, k, v = _qkv(Sq=20)
+    elif change == "stride":  # the same values laid out BSHD, read through strides
+        q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    elif change == "dtype":
+        q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    elif change == "option":
+        kwargs = dict(window=(4, 4))
+    else:
+        kwargs = dict(scale=0.5)
+    o = attnforge.attention(q, k, v, **kwargs)
+    assert len(_fresh) == 2 and len(api._dispatch) == 2
+    ref = attention_reference(*(t.double().numpy() for t in (q, k, v)), scale=kwargs.get("scale", 0.25),
+                              window=kwargs.get("window", (None, None)))[0]
+    assert relative_error(o.double().numpy(), ref) < 2e-2
+
+
+def test_a_bad_call_is_refused_every_time_and_never_cached(_fresh):
+    q, k, v = _qkv()
+    for _ in range(2):
+        with pytest.raises(AttnforgeError, match="head dim"):
+            attnforge.attention(q, k[..., :8], v)
+    assert not api._dispatch
+    with torch.enable_grad():
+        q.requires_grad_()
+        with pytest.raises(AttnforgeError, match="backward"):
+            attnforge.attention(q, k, v)
+        with pytest.raises(AttnforgeError, match="backward"):
+            attnforge.attention(q, k, v)
+    assert not api._dispatch
+
+
+def test_alibi_slopes_given_as_a_tensor_are_read_at_each_call(_fresh):
+    q, k, v = _qkv(dtype=torch.float32)
+    slopes = torch.tensor([0.5, 0.25])
+    a = attnforge.attention(q, k, v, alibi_slopes=slopes)
+    b = attnforge.attention(q, k, v, alibi_slopes=slopes * 4)  # same key, new values
+    assert len(_fresh) == 1
+    for out, s in ((a, [0.5, 0.25]), (b, [2.0, 1.0])):
+        ref = attention_reference(*(t.double().numpy() for t in (q, k, v)), scale=0.25, alibi_slopes=torch.tensor(s).double().numpy())[0]
+        assert relative_error(out.double().numpy(), ref) < 1e-4
+
+
+def test_decode_kernels_are_built_per_split_count_not_per_batch_and_length():
+    from attnforge.cache import entry_key, spec_bucket
+    from attnforge.plan.builtin import candidates
+    from attnforge.spec import AttentionSpec
+    from attnforge.targets import get_target
+
+    target = get_target("h200")
+    shapes = [(b, sk) for b in range(1, 129, 9) for sk in range(64, 40000, 1531)]
+    keys = set()
+    for b, sk in shapes:
+        spec = AttentionSpec(batch=b, heads=32, kv_heads=8, seqlen_q=1, seqlen_k=sk, head_dim=128, dtype="bf16")
+        # the bucket's kernel splits the KV loop exactly as the planner would for the real shape
+        assert candidates(spec_bucket(spec, target), target)[1][0].params == candidates(spec, target)[1][0].params
+        keys.add(entry_key(spec, target))
+    assert len(keys) <= 7 < len(shapes)  # NSPLIT is a power of two from 1 to 64
