@@ -192,3 +192,24 @@ def test_auto_prefers_cuda_on_sm75_only_with_a_gpu_to_verify_on(monkeypatch):
     assert choose_backend("auto", spec, get_target("a100")).name == "triton"
     # bf16 on a T4: the CUDA backend refuses it (no bf16 MMA on sm_75), so auto tries Triton
     assert cuda.unsupported(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("t4")) is not None
+
+
+def test_packed_views_and_packed_specs_are_refused_not_mistranslated():
+    """The CUDA emitter does not write packed-GQA rows: a packed view is a TranslateError (never
+    ignored), and a spec the planner would pack is unsupported up front."""
+    from pathlib import Path
+
+    import attnforge.tl as tl_package
+    from attnforge.backends import get_backend
+    from attnforge.errors import TranslateError
+    from attnforge.spec import AttentionSpec
+    from attnforge.targets import get_target
+    from attnforge.tl.parser import parse
+
+    text = (Path(tl_package.__file__).parent / "library" / "gqa_fwd.tl").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("Allocate Q in global"))
+    backend = get_backend("cuda")
+    with pytest.raises(TranslateError, match="packed-GQA views"):
+        backend.translate(parse(text.replace(line, line + " pack 1")), head_dim=64, head_dim_v=64)
+    speculative = AttentionSpec(heads=8, kv_heads=2, head_dim=64, seqlen_q=4, seqlen_k=100, dtype="fp16")
+    assert "packed GQA" in backend.unsupported(speculative, get_target("a100"))

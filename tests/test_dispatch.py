@@ -112,3 +112,31 @@ def test_decode_kernels_are_built_per_split_count_not_per_batch_and_length():
         assert candidates(spec_bucket(spec, target), target)[1][0].params == candidates(spec, target)[1][0].params
         keys.add(entry_key(spec, target))
     assert len(keys) <= 7 < len(shapes)  # NSPLIT is a power of two from 1 to 64
+
+
+@pytest.mark.parametrize("name, good, bad", [("window", 1, True), ("causal", True, 1), ("scale", 1, True)])
+def test_an_option_refused_by_its_type_is_refused_after_a_hit_of_an_equal_value(_fresh, name, good, bad):
+    # True == 1 and hash alike: a key without the types let a call the checks refuse hit the entry of one they accept
+    q, k, v = _qkv()
+    attnforge.attention(q, k, v, **{name: good})
+    with pytest.raises(AttnforgeError, match="not a window|not allowed"):
+        attnforge.attention(q, k, v, **{name: bad})
+
+
+def test_alibi_slopes_of_another_stride_or_alignment_are_a_new_key(_fresh):
+    # Triton specialises the compiled kernel on the slopes' stride (== 1) and 16-byte alignment; a
+    # hit launches the kernel the key's first call compiled, so both must be in the key
+    q, k, v = _qkv(dtype=torch.float32)
+    values = [0.5, 0.25]
+    contiguous = torch.tensor(values)
+    strided = torch.tensor([0.5, 9.0, 0.25, 9.0])[::2]
+    misaligned = torch.tensor([9.0, 0.5, 0.25])[1:]
+    assert strided.stride() == (2,) and misaligned.data_ptr() % 16 == 4
+    keys = {api._dispatch_key(q, k, v, False, "bottom_right", None, None, s, None, None, None, False, "bhsd", "auto")
+            for s in (contiguous, strided, misaligned)}
+    assert len(keys) == 3
+    ref = attention_reference(*(t.double().numpy() for t in (q, k, v)), scale=0.25, alibi_slopes=torch.tensor(values).double().numpy())[0]
+    for slopes in (contiguous, strided, misaligned):
+        out = attnforge.attention(q, k, v, alibi_slopes=slopes)
+        assert relative_error(out.double().numpy(), ref) < 1e-4
+    assert len(_fresh) == 3

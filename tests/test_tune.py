@@ -62,3 +62,48 @@ def test_neighbours_start_with_the_planner_choice_nearest_first():
 def test_tune_command_refuses_bad_budgets(capsys):
     assert main(["tune", "--heads", "2", "--head-dim", "16", "--budget", "0"]) == 2
     assert "--budget" in capsys.readouterr().err
+
+
+def test_decode_neighbours_keep_the_planner_split_count():
+    first = {"BM": 16, "BN": 64, "NSPLIT": 8, "warps": 4, "stages": 2}
+    order = neighbours(first, get_target("h200"), "decode")
+    assert order[0] == first
+    assert {p["NSPLIT"] for p in order} == {8} and {p["BM"] for p in order} == {16}  # the split count follows the batch
+
+
+def test_a_packed_gqa_spec_is_tuned_as_the_packed_kernel_it_builds(_db, tmp_path):
+    # Sq 2..16 with a group packs GQA (a split-KV "decode" program); timing it at a prefill Sq tuned
+    # a prefill kernel and recorded it under the packed key, and generate then crashed (KeyError 'NSPLIT')
+    from attnforge.plan.builtin import packs_gqa
+    from attnforge.tune.search import timing_shape
+
+    spec = AttentionSpec(heads=2, kv_heads=1, seqlen_q=4, seqlen_k=64, head_dim=16, dtype="fp16")
+    assert packs_gqa(spec)
+    for native in (False, True):
+        B, Hq, Hkv, Sq, Sk = timing_shape(spec, "<=1024", native)
+        assert Sq == 4 and packs_gqa(AttentionSpec(batch=B, heads=Hq, kv_heads=Hkv, seqlen_q=Sq, seqlen_k=Sk, head_dim=16))
+    target = get_target("a100")
+    outcome = tune(spec, target, max_candidates=1, budget_s=120)
+    assert outcome.entry is not None and "NSPLIT" in outcome.entry.params
+    result = generate(spec, target, tmp_path / "out", run_verification=False)
+    assert result.ok and result.plan.params == outcome.entry.params
+
+
+def test_tuned_parameters_of_another_kind_of_program_are_not_offered():
+    from attnforge.generate import Candidate
+    from attnforge.plan.builtin import candidates, plans
+
+    target = get_target("a100")
+    decode = AttentionSpec(heads=2, kv_heads=1, seqlen_q=4, seqlen_k=64, head_dim=16, dtype="fp16")
+    prefill_params = candidates(SPEC, target)[1][0].params
+    first = next(plans(decode, target, prefer=Candidate(dict(prefill_params), "tuned: a stale entry")))
+    assert "NSPLIT" in first.params and first.params == candidates(decode, target)[1][0].params
+
+
+def test_tune_without_a_gpu_records_only_into_a_named_database(_db, tmp_path, capsys):
+    args = ["tune", "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--dtype", "fp16", "--target", "a100", "--max-candidates", "1"]
+    assert main(args) == 0
+    assert "not recorded" in capsys.readouterr().out and not _db.exists()
+    named = tmp_path / "mine.json"
+    assert main(args + ["--db", str(named)]) == 0
+    assert len(json.loads(named.read_text())["entries"]) == 1

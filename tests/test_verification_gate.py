@@ -130,3 +130,39 @@ def test_report_says_how_it_was_verified(tmp_path):
     assert report["status"] == "verified in the interpreter on the CPU; the code compiled for a100 (sm_80) was not run"
     assert "- status: **verified in the interpreter" in (tmp_path / "report.md").read_text()
     assert all(c["o_ratio"] <= 1.0 for c in report["verification"]["cases"])
+
+
+def test_a_native_crash_fails_the_cases_it_left_unreadable_instead_of_raising(monkeypatch):
+    # On a GPU every case is launched before any is judged; an illegal address in one launch makes
+    # the CUDA context unusable, so reading back the cases launched before it raises. That must be
+    # failed cases naming the crash, not an exception out of verify (a traceback from generate).
+    import torch
+
+    from attnforge import verify as v
+
+    sticky: list[str] = []
+
+    class Crashing:  # a "native" kernel (interpret False) whose second launch hits an illegal address
+        interpret, device, calls = False, "cpu", 0
+
+        def launch(self, q, k, vv, o, lse, **scalars):
+            self.calls += 1
+            if self.calls == 2:
+                sticky.append("illegal address")
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    real_guards = v._guards_intact
+
+    def guards(buf, outside):  # what reading a GPU tensor does once the context is gone
+        if sticky:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_guards(buf, outside)
+
+    monkeypatch.setattr(v, "_guards_intact", guards)
+    monkeypatch.setattr(v, "what_runs", lambda kernel, target: ("native", "natively on a fake GPU"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    spec = AttentionSpec(heads=2, kv_heads=1, seqlen_q=8, seqlen_k=8, head_dim=16, dtype="fp16")
+    shapes = [v.CaseShape(1, 2, 1, 5, 7), v.CaseShape(1, 2, 1, 3, 9)]
+    record = v.verify(Crashing(), spec, {"BM": 16}, shapes=shapes)
+    assert [c.passed for c in record.cases] == [False, False]
+    assert "crashed first" in record.cases[0].error and "illegal memory access" in record.cases[1].error

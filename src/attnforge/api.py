@@ -80,7 +80,8 @@ def kernel_for(spec: AttentionSpec, device: torch.device, *, backend: str = "aut
     interpret = device.type != "cuda"
     key = (entry_key(spec, target, backend=chosen, tma=tma), target.name, interpret)
     if key not in _loaded:
-        _loaded[key] = chosen.load(build_or_load(spec, target, backend=chosen, tma=tma), interpret=interpret)
+        # by name, so that the entry's report says which backend auto chose and why
+        _loaded[key] = chosen.load(build_or_load(spec, target, backend=backend, tma=tma), interpret=interpret)
     return _loaded[key]
 
 
@@ -181,11 +182,18 @@ class _Prepared:
         self.checked = True  # only after a launch that passed them
 
 
-# (shapes, strides, dtype, device, 16-byte alignment of q/k/v, every option) -> _Prepared. Every
+# (shapes, strides, dtype, device, 16-byte alignment of q/k/v and of a slopes tensor, every option with its type) -> _Prepared. Every
 # argument check and the spec's validation run once per key; a hit only allocates the outputs
 # and launches. What Triton specialises a kernel on is all in the key (see runtime.launch_kernel).
 _dispatch: dict[tuple, _Prepared] = {}
 _DISPATCH_LIMIT = 4096
+
+
+def _typed(value):
+    """``value`` for a dispatch key: each scalar with its type (tuples element by element)."""
+    if isinstance(value, tuple):
+        return tuple(_typed(x) for x in value)
+    return type(value), value
 
 
 def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32,
@@ -195,16 +203,20 @@ def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, so
     if not (type(q) is type(k) is type(v) is torch.Tensor) or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         return None
     if isinstance(alibi_slopes, torch.Tensor):
-        slopes_key = ("tensor", alibi_slopes.shape, alibi_slopes.dtype, alibi_slopes.device)
+        # the slopes are a pointer argument too: Triton specialises on their stride (1 or not) and
+        # 16-byte alignment as on q's, and a hit launches the kernel the first call compiled
+        slopes_key = ("tensor", alibi_slopes.shape, alibi_slopes.stride(), alibi_slopes.data_ptr() % 16, alibi_slopes.dtype,
+                      alibi_slopes.device)
     elif isinstance(alibi_slopes, (list, tuple)):
-        slopes_key = tuple(alibi_slopes)
+        slopes_key = _typed(tuple(alibi_slopes))
     else:
-        slopes_key = alibi_slopes
+        slopes_key = _typed(alibi_slopes)
     if isinstance(window, list):
         window = tuple(window)
+    # options with their types: True == 1 and hash alike, but the checks a hit skips refuse one and not the other
+    options = _typed((causal, causal_align, scale, window, softcap, score_mod, mask_mod, allow_tf32, layout, backend))
     key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
-           q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, causal_align, scale, window, slopes_key, softcap,
-           score_mod, mask_mod, allow_tf32, layout, backend)
+           q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, slopes_key, options)
     try:
         hash(key)
     except TypeError:

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 from . import __version__, manifest, outdir
-from .backends import Backend, choose_backend
+from .backends import Backend, choose_backend, choose_backend_and_reason
 from .errors import AttnforgeError, OutputError
 from .generate import generate, tuned_candidate
 from .report import add_section
@@ -139,7 +139,9 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
     """The source path of the cached kernel for ``spec`` on ``target`` from ``backend``,
     generating it if absent (``tma=False``: pointer loads, for strides TMA cannot take). An
     entry that does not match its manifest is set aside, reported and rebuilt."""
-    backend = _resolve(backend, spec, target)
+    reason = None
+    if not isinstance(backend, Backend):
+        backend, reason = choose_backend_and_reason(backend, spec, target)  # the report says which backend and why
     root = cache_dir() if root is None else Path(root)
     entry = root / entry_key(spec, target, backend=backend, tma=tma)
     module = entry / backend.source_file
@@ -155,12 +157,12 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
             if os.path.lexists(entry):
                 aside = _set_aside(entry, why)
                 repaired = {"reason": why, "damaged_copy": None if aside is None else str(aside)}
-    _build(spec, target, backend, root, entry, verify=verify, tma=tma, repaired=repaired)
+    _build(spec, target, backend, root, entry, verify=verify, tma=tma, repaired=repaired, reason=reason)
     return module
 
 
 def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, entry: Path, *, verify: bool, tma: bool,
-           repaired: dict | None) -> None:
+           repaired: dict | None, reason: str | None = None) -> None:
     """Generate the entry in a private directory, write its manifest last, and rename it into place."""
     module = entry / backend.source_file
     try:
@@ -176,7 +178,7 @@ def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, en
     start = time.perf_counter()
     try:
         # the tuning database is asked with the call's own lengths: the bucket's are a stand-in
-        result = generate(spec_bucket(spec, target), target, tmp, backend=backend, run_verification=verify, tma=tma,
+        result = generate(spec_bucket(spec, target), target, tmp, backend=backend, backend_reason=reason, run_verification=verify, tma=tma,
                           tuned=tuned_candidate(spec, target, backend.name) or False)
         if not result.ok:
             kept = root / f"failed-{entry.name}"

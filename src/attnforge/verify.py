@@ -261,6 +261,18 @@ def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
                       worst=problems[0] if problems else f"O closest to its bound at {_row_name(index)} ({o_ratio:.2f} of it)")
 
 
+def _judge_after_crash(spec: AttentionSpec, case: _Launched, crashed: _Launched) -> CaseResult:
+    """``_judge`` once a launch has crashed: a crash such as an illegal address leaves the CUDA
+    context unusable, so the tensors of cases launched before it cannot be read back. Such a case
+    fails naming the crash, as the crashed case does, instead of the verification raising."""
+    try:
+        return _judge(spec, case)
+    except Exception as err:
+        fmt = _mma_format(spec)
+        return CaseResult(str(case.shape), math.inf, math.inf, O_TOLERANCE[fmt], lse_tolerance(fmt), case.seconds, False,
+                          f"not judged: case {crashed.shape} crashed first ({crashed.crash}); then {type(err).__name__}: {err}"[:500])
+
+
 def _first_bad_lse(out: np.ndarray, ref: np.ndarray) -> tuple[int, ...]:
     """The first row whose LSE is NaN, or -inf where the reference is not (or the reverse)."""
     bad = np.isnan(out) | (np.isfinite(out) != np.isfinite(ref)) | (~np.isfinite(ref) & (out != ref))
@@ -329,8 +341,10 @@ def verify(
         results: Iterator[CaseResult] = (run_case(kernel, spec, shape, seed + i, block_rows=block_rows) for i, shape in enumerate(shapes))
     else:  # the GPU runs every case first; the float64 judging (numpy, which releases the GIL) overlaps in threads
         launched = [_launch(kernel, spec, shape, seed + i, block_rows) for i, shape in enumerate(shapes)]
+        crashed = next((case for case in launched if case.crash is not None), None)
+        judge = _judge if crashed is None else lambda spec, case: _judge_after_crash(spec, case, crashed)
         pool = ThreadPoolExecutor(max_workers=min(len(launched), JUDGE_THREADS))
-        results = (future.result() for future in [pool.submit(_judge, spec, case) for case in launched])
+        results = (future.result() for future in [pool.submit(judge, spec, case) for case in launched])
     try:
         for i, case in enumerate(results):
             record.cases.append(case)

@@ -4,8 +4,9 @@ For deployment: run it once on the serving machine (or one of the same GPU) with
 model will call, and the first ``attention()`` call of each is a cache hit instead of a build.
 A spec list is a JSON file holding a list of spec tables (or ``{"specs": [...]}``), a TOML file
 with ``[[specs]]`` tables, or one spec file (``attnforge spec validate`` reads the same fields).
-Sequence lengths and batch in a spec do not matter for prefill kernels (one kernel serves every
-length); for decode they pick the split count, as at run time.
+Sequence lengths and batch in a spec do not matter for prefill kernels: one kernel serves every
+length, except where the tuning database picks other parameters for another length bucket, and
+those entries are built too. For decode they pick the split count, as at run time.
 """
 
 from __future__ import annotations
@@ -80,7 +81,10 @@ def warm(specs: Iterable[AttentionSpec], target: Target, *, backend: str = "auto
     for i, spec in enumerate(specs):
         start = time.perf_counter()
         try:
-            built = Built(spec, 0.0, path=build_or_load(spec, target, backend=backend, verify=verify, tma=tma))
+            path = build_or_load(spec, target, backend=backend, verify=verify, tma=tma)
+            for other in _other_lengths(spec, target, backend, tma):
+                build_or_load(other, target, backend=backend, verify=verify, tma=tma)
+            built = Built(spec, 0.0, path=path)
         except AttnforgeError as err:
             built = Built(spec, 0.0, error=str(err))
         built.seconds = time.perf_counter() - start
@@ -88,3 +92,27 @@ def warm(specs: Iterable[AttentionSpec], target: Target, *, backend: str = "auto
         if progress is not None:
             progress(i, built)
     return results
+
+
+def _other_lengths(spec: AttentionSpec, target: Target, backend: str, tma: bool) -> list[AttentionSpec]:
+    """A prefill spec at one length per tuning sequence bucket whose cache entry is not ``spec``'s:
+    the tuning database (the shipped one included) picks parameters per bucket and the cache key
+    holds them, so a prefill kernel serves every length only within the lengths that pick alike.
+    Decode and packed small-Sq kernels are built for their own lengths, as at run time."""
+    from .cache import entry_key
+    from .plan.builtin import packs_gqa
+    from .tune.database import SEQ_BUCKETS
+
+    if spec.is_decode or packs_gqa(spec):
+        return []
+    keys, out = {entry_key(spec, target, backend=backend, tma=tma)}, []
+    for length in (*SEQ_BUCKETS, 2 * SEQ_BUCKETS[-1]):
+        try:
+            other = AttentionSpec(**{**spec.to_dict(), "seqlen_q": length, "seqlen_k": length})
+        except SpecError:  # a length this spec's fields do not allow
+            continue
+        key = entry_key(other, target, backend=backend, tma=tma)
+        if key not in keys:
+            keys.add(key)
+            out.append(other)
+    return out

@@ -13,8 +13,9 @@ of each in production is a cache hit (for deployment; the cache is $ATTNFORGE_CA
 
 A spec list is a JSON file holding a list of spec tables (or {"specs": [...]}), a TOML file with
 [[specs]] tables, or a single spec file; fields as in `attnforge spec validate`. Batch and
-sequence lengths do not matter for prefill (one kernel serves every length); for decode (Sq = 1)
-they pick the split count, as at run time.
+sequence lengths do not matter for prefill (one kernel serves every length; where the tuning
+database picks other parameters for another length bucket, that kernel is built too); for decode
+(Sq = 1) they pick the split count, as at run time.
 
 examples:
   attnforge warmup model_specs.json                 # for the local GPU

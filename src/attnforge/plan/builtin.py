@@ -475,7 +475,10 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
         raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " for generated kernels",
                         hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
     kind, cands = candidates(spec, target, tma=tma, refused=refused)
-    if prefer is not None and not (prefer.params.get("tma") and (not tma or "tma" in refused)):
+    if prefer is not None and _kind_params(prefer.params) == _kind_params(cands[0].params) \
+            and not (prefer.params.get("tma") and (not tma or "tma" in refused)):
+        # (parameters of another kind of program -- a prefill choice offered for a decode spec by
+        # a stale or hand-edited tuning database -- are not offered: its source would not build)
         cands = [prefer] + [c for c in cands if c.params != prefer.params]
     rejected: list[str] = []
     yielded = False
@@ -494,6 +497,12 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
             raise TLCheckError(result.errors, file="kernel.tl")  # not a resource problem: smaller tiles will not help
     if not yielded:
         raise TLCheckError(last.errors if last else [], file="kernel.tl")
+
+
+def _kind_params(params: dict[str, int]) -> frozenset[str]:
+    """The parameter names that say which kind of program (prefill, decode) a candidate is for;
+    the strategy switches (TMA, persistent scheduling) may be on or off in either."""
+    return frozenset(params) - {"tma", "persistent"}
 
 
 def plan(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> Plan:

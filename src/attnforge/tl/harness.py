@@ -20,7 +20,7 @@ from ..errors import AttnforgeError, shorten
 from ..numerics import O_TOLERANCE, lse_tolerance, scale_hot_rows
 from ..reference import alibi_slopes_for, attention_reference, lse_error, relative_error
 from . import nodes as n
-from .evaluate import evaluate, expr_fn
+from .evaluate import expr_fn
 from .interpreter import run_program
 from .limits import MAX_ELEMENTS, MAX_STEPS
 

@@ -15,8 +15,8 @@ kernel cache; the package ships one measured on an H200). A rejected candidate s
 rules out the candidates that would fail the same way.
 
 The spec's lengths pick the sequence bucket (<=1024, <=4096, <=16384, >16384); --seq names one.
-Without a GPU the candidates run in the interpreter on a tiny shape: the search and the database
-work, the times mean nothing for a GPU.
+Without a GPU the candidates run in the interpreter on a tiny shape: the search works, the times
+mean nothing for a GPU, and the result is recorded only into a database named with --db.
 
 examples:
   attnforge tune --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --seqlen-q 4096
@@ -52,8 +52,15 @@ def run(ns: argparse.Namespace, console: Console) -> int:
         raise AttnforgeError("--budget and --max-candidates must be positive", where="--budget/--max-candidates")
     target = resolve_target(ns.target, console)
     console.print(f"attnforge tune: {spec.describe()} on {target.name} ({target.sm}), budget {ns.budget:.0f} s", style="bold", markup=False)
+    import torch
+
+    # Interpreter times say nothing about a GPU: without one they go only into a database named with --db.
+    record = torch.cuda.is_available() or ns.db is not None
+    if not record:
+        console.print("note: no GPU here: candidates run in the interpreter and the result is not recorded (pass --db FILE to record it anyway)",
+                      style="yellow", markup=False)
     outcome = tune(spec, target, backend=ns.backend, seq=ns.seq, budget_s=ns.budget, max_candidates=ns.max_candidates, db=ns.db,
-                   progress=lambda text: console.print(f"  {text}", markup=False, highlight=False))
+                   record=record, progress=lambda text: console.print(f"  {text}", markup=False, highlight=False))
     if outcome.entry is None:
         console.print(f"no candidate passed the gate ({len(outcome.trials)} tried)", style="bold red", markup=False)
         return 1
@@ -61,6 +68,7 @@ def run(ns: argparse.Namespace, console: Console) -> int:
     gain = f" ({e.planner_ms / e.ms:.2f}x the planner's first choice)" if e.planner_ms else ""
     from .database import user_path
 
-    console.print(f"best: {', '.join(f'{k}={v}' for k, v in e.params.items())}: {e.ms:.3f} ms on {e.shape}{gain}; "
-                  f"recorded in {ns.db or user_path()}", style="bold green", markup=False)
+    where = f"recorded in {ns.db or user_path()}" if record else "not recorded"
+    console.print(f"best: {', '.join(f'{k}={v}' for k, v in e.params.items())}: {e.ms:.3f} ms on {e.shape}{gain}; {where}",
+                  style="bold green", markup=False)
     return 0

@@ -36,11 +36,15 @@ def seq_bucket(spec: AttentionSpec) -> str:
 
 
 def spec_key(spec: AttentionSpec) -> str:
-    """What decides the generated code, without sizes: the cache's spec bucket, lengths left out."""
+    """What decides the generated code, without sizes: the cache's spec bucket, lengths left out
+    (but for the packed small-Sq kernels, whose Sq decides their tiles)."""
     from ..cache import spec_bucket
 
+    from ..plan.builtin import packs_gqa
+
     fields = spec_bucket(spec).to_dict()
-    for size in ("batch", "seqlen_q", "seqlen_k"):
+    # a packed kernel's Sq sets its rows per tile (G x Sq): kept; other lengths are the seq bucket's
+    for size in ("batch", "seqlen_k") if packs_gqa(spec) else ("batch", "seqlen_q", "seqlen_k"):
         fields.pop(size, None)
     fields["decode"] = spec.is_decode
     return json.dumps(fields, sort_keys=True, default=str)

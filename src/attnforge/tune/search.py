@@ -50,17 +50,22 @@ def timing_shape(spec: AttentionSpec, seq: str, native: bool) -> tuple[int, int,
     """(B, Hq, Hkv, Sq, Sk) the bucket is timed on: 16k tokens at 2048 hidden as the benchmarks
     use (decode: B=64 at the bucket's length); a tiny shape in the interpreter."""
     g = spec.group_size
+    # a packed-GQA spec (small Sq) keeps its Sq: a longer one would time, tune and record a prefill
+    # kernel under the packed kernel's database key (its parameters lack NSPLIT)
+    packed = not spec.is_decode and builtin.packs_gqa(spec)
     if not native:
-        return 1, g, 1, 1 if spec.is_decode else 32, 48
+        return 1, g, 1, spec.seqlen_q if spec.is_decode or packed else 32, 48
     length = int(seq.lstrip("<=>")) if not seq.startswith(">") else 2 * database.SEQ_BUCKETS[-1]
     hq = max(g, 2048 // spec.head_dim // g * g)
-    if spec.is_decode:
-        return 64, hq, hq // g, 1, length
+    if spec.is_decode or packed:
+        return 64, hq, hq // g, spec.seqlen_q, length
     return max(1, 16384 // length), hq, hq // g, length, length
 
 
 def neighbours(first: dict[str, int], target: Target, kind: str) -> list[dict[str, int]]:
-    """The planner's first choice, then parameter sets around it, nearest (fewest changes) first."""
+    """The planner's first choice, then parameter sets around it, nearest (fewest changes) first:
+    tiles, warps and stages; TMA and persistent scheduling for prefill. Not the split count of
+    decode: the planner sets it from the batch, which the database key leaves out."""
     axes: dict[str, list[int]] = {"BM": [64, 128] if kind == "prefill" else [first["BM"]],
                                   "BN": [32, 64, 128], "warps": [4, 8], "stages": [1, 2, 3, 4]}
     if "tma" in first:
@@ -100,9 +105,9 @@ def _reason(message: str) -> str | None:
 
 
 def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", seq: str | None = None, budget_s: float = 300.0,
-         max_candidates: int | None = None, db: Path | None = None, progress: Progress | None = None) -> Outcome:
+         max_candidates: int | None = None, db: Path | None = None, record: bool = True, progress: Progress | None = None) -> Outcome:
     """Search one (spec bucket, sequence bucket) on ``target`` and record the fastest verified
-    candidate in the database ``db`` (the user's by default). Needs the target's GPU to time
+    candidate in the database ``db`` (the user's by default; ``record=False``: search only). Needs the target's GPU to time
     natively; without a GPU the interpreter runs a tiny shape (see the module docstring)."""
     import torch
 
@@ -161,7 +166,8 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
                            planner_ms=planner, device=device, shape=shape, tried=len(trials),
                            measured=f"{date.today().isoformat()}, {versions}",
                            rejected=[f"{_fmt(t.params)}: {t.rejected}" for t in trials if t.rejected])
-    database.record(entry, db)
+    if record:
+        database.record(entry, db)
     return Outcome(entry, trials)
 
 

@@ -55,8 +55,10 @@ class CudaBackend(Backend):
         if spec.dtype == "bf16" and target.cc < (8, 0):
             return (f"bf16 on {target.name} ({target.sm}): Turing tensor cores have no bf16 MMA; generate with --dtype fp16 "
                     "(the fp16 kernel uses mma.sync m16n8k8 there)")
-        if spec.is_decode:
-            return "decode (split-KV) programs are not translated to CUDA yet; use --backend triton"
+        from ...plan.builtin import packs_gqa  # the planner's rule for when query heads share a tile
+
+        if spec.is_decode or packs_gqa(spec):
+            return "decode (split-KV, packed GQA when Sq <= 16) programs are not translated to CUDA yet; use --backend triton"
         for d in (spec.head_dim, spec.head_dim_v):
             if d % 8 or d > 256:
                 return f"head dim {d}: the CUDA backend takes multiples of 8 up to 256 (16-byte row copies)"

@@ -24,7 +24,7 @@ from . import exprs
 # home of the table; the CUDA translation manual a model reads (manual.py) is made from it, and
 # a test keeps one row per TL statement kind (tl.nodes.Stmt).
 TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
-    ("Allocate", "Allocate X in global ... at t[..]", "a base pointer (int64 offsets from the tensor's strides)"),
+    ("Allocate", "Allocate X in global ... at t[..]", "a base pointer (int64 offsets from the tensor's strides); a packed view (`pack G`) is refused"),
     ("Allocate", "Allocate X in shared (R, D)", "a region of dynamic shared memory, rows padded by 16 bytes (ldmatrix reads 8 rows "
                                                 "without bank conflicts); one slot per pipeline stage when a pipelined loop fills it"),
     ("Allocate", "Allocate X in register (BM[, N])", "fp32 fragments in the mma.sync C layout: each warp owns 16*MT rows, each "
@@ -389,6 +389,8 @@ class KernelEmitter:
         if s.level == "global":
             if s.tensor not in self.facts.ranks:
                 self.fail(s, f"{s.tensor!r} is not a tensor argument")
+            if s.pack is not None:  # rows that are (head, position) pairs: not written here, so refused, never ignored
+                self.fail(s, "packed-GQA views (Allocate ... pack G) are not translated to CUDA yet", "use --backend triton for packed programs")
             rank = self.facts.ranks[s.tensor]
             if len(s.offset) + len(s.shape) != rank:
                 self.fail(s, f"{s.tensor} has {rank} dimensions; offset {len(s.offset)} + shape {len(s.shape)} do not add up")

@@ -88,22 +88,24 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     everything Triton specialises on is in that key, and the outputs and scratch come fresh from
     torch's allocator, aligned -- so it keeps one ``slots`` list per key: the first call goes
     through the JIT and records the kernel it launched, later calls launch that kernel straight
-    away. Launch hooks (profilers) and the interpreter always take the JIT's path."""
+    away. Launch hooks (profilers), the interpreter, and a current device other than the one the
+    kernel was recorded on always take the JIT's path."""
+    import torch
     from triton import knobs
     from triton.runtime.jit import JITFunction
 
     compiled = slots[index] if slots is not None and index < len(slots) else None
     hook = knobs.runtime.launch_enter_hook  # a HookChain in triton 3.6: hooked when it holds calls
-    if compiled is None or getattr(hook, "calls", hook) or not isinstance(fn, JITFunction):
-        compiled = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-        if slots is not None and isinstance(fn, JITFunction):
+    device = torch.cuda.current_device() if isinstance(fn, JITFunction) else None
+    # the recorded kernel is loaded on the device that was current when it was recorded
+    if compiled is None or compiled[2] != device or getattr(hook, "calls", hook) or not isinstance(fn, JITFunction):
+        kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        if slots is not None and isinstance(fn, JITFunction) and compiled is None:
             slots.extend([None] * (index + 1 - len(slots)))
             # the constexprs are literals of the generated call, the same at every launch of this slot
-            slots[index] = (compiled, tuple(constexprs[name] for name in fn.arg_names[len(args):]))
+            slots[index] = (kernel, tuple(constexprs[name] for name in fn.arg_names[len(args):]), device)
         return
-    kernel, tail = compiled
-    import torch
-
-    stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())  # what Triton's JIT launches on
+    kernel, tail, _ = compiled
+    stream = torch._C._cuda_getCurrentRawStream(device)  # what Triton's JIT launches on
     kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
                kernel.packed_metadata, None, None, None, *args, *tail)
