@@ -11,9 +11,10 @@ import pytest
 
 from attnforge import AttentionSpec, get_target
 from attnforge.abi import SIZE_ARGS
-from attnforge.backends.cuda.emit import TRANSLATION_TABLE, KernelEmitter
+from attnforge.backends.cuda.emit import KernelEmitter
 from attnforge.backends.cuda.manual import helpers, translation_manual
 from attnforge.backends.cuda.prelude import PRELUDE
+from attnforge.backends.cuda.table import TRANSLATION_TABLE
 from attnforge.cli import main
 from attnforge.errors import AttnforgeError
 from attnforge.llm.pipeline import LLMOptions

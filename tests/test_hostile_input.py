@@ -258,12 +258,12 @@ def test_generate_refuses_bad_input_before_importing_torch(argv, tmp_path: Path)
 
 
 def test_ctrl_c_in_a_command_is_one_line_and_exit_130(monkeypatch, capsys) -> None:
-    import attnforge.cli as cli
+    import attnforge.tl.command as tl_command
 
     def interrupted(ns, console):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_tl_check", interrupted)
+    monkeypatch.setattr(tl_command, "cmd_tl_check", interrupted)
     assert main(["tl", "check", "lib:gqa_fwd"]) == 130
     out, err = capsys.readouterr()
     assert err == "interrupted\n" and out == ""

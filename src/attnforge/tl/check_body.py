@@ -1,5 +1,6 @@
 """The symbolic walk of one TL kernel's grid and body: names, shapes, data types, memory levels,
-layouts, dataflow and the target's tensor-core limits (TL2xx, TL3xx, TL4xx, TL501/502/505/507).
+layouts and dataflow, statement by statement (TL2xx, TL3xx, TL4xx). ``KernelCheck`` mixes in the
+GEMM and tensor-core rules (``check_gemm``) and the packed-GQA view rules (``check_packed``).
 
 ``KernelCheck`` runs once per probe (see ``checker``): probe 0 places the grid at the first
 program instance and every loop at its first iteration, probe 1 at the last. Findings and the
@@ -9,49 +10,21 @@ register definitions the resource estimate needs go to the ``report`` it is give
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..abi import ARG_SHAPES, INPUTS, arg_format
 from ..dtypes import TL_DTYPES
-from ..errors import TargetError, TLRuntimeError
+from ..errors import TLRuntimeError
 from ..targets import Target
 from . import nodes as n
+from .check_gemm import GemmChecks
+from .check_info import Info, dims_text
+from .check_packed import Packed, PackedViews
 from .evaluate import KindError, evaluate, expr_kind
 from .findings import Finding
 from .printer import expr as show
 
 
-@dataclass(frozen=True)
-class Packed:
-    """Rows of a packed view (``Allocate ... pack P``) or of a tile loaded from one: row ``r`` is
-    slice ``r % P`` of the packed dimension (the query head, ``h_idx``) at position ``r // P``
-    (``q_idx``). It stands where ``Info.rows`` is ``True`` for plain rows, so it travels with them."""
-
-    p: int  # the pack factor under the current probe
-    expr: n.Expr
-    view: str  # the view that packed the rows
-    line: int
-
-
-@dataclass
-class Info:
-    """What the checker knows about one name inside a kernel."""
-
-    level: str
-    shape: tuple  # evaluated dims under the current probe
-    dims: tuple[n.Expr, ...]  # the expressions, for alignment checks
-    dtype: str
-    node: n.Node
-    layout: str | None = None
-    rows: bool | Packed = False  # carries row indices (q_idx); a Packed: packed rows (q_idx and h_idx)
-    cols: bool = False  # carries column indices (kv_idx)
-    tensor: str | None = None  # global views: the argument viewed
-    from_shared: bool = False  # an MMA operand streamed from shared memory in K-steps
-    online: n.OnlineSoftmax | None = None  # derived from the probabilities of this update
-    init: object = None
-
-
-class KernelCheck:
+class KernelCheck(GemmChecks, PackedViews):
     """Checks the grid and the body of one kernel under one probe, statement by statement."""
 
     def __init__(self, kernel: n.Kernel, target: Target | None, env: dict, report, tensors: dict[str, tuple], probe_index: int):
@@ -220,54 +193,6 @@ class KernelCheck:
         self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init)
         self.report.defs(self.k, s, s.name, self.names[s.name], loop)
 
-    def _dim_name(self, tensor: str, axis: int) -> str:
-        """A tensor dimension as written: its size name (Sq, Hq, ...) or its scratch shape expression."""
-        if tensor in ARG_SHAPES:
-            return ARG_SHAPES[tensor][axis]
-        sc = next((sc for sc in self.k.scratch if sc.name == tensor), None)
-        return show(sc.shape[axis]) if sc is not None and axis < len(sc.shape) else f"dimension {axis}"
-
-    def check_packed_view(self, s: n.Allocate, env: dict, full: tuple, shape: tuple | None) -> Packed | bool:
-        """TL313: ``Allocate X in global (P * T, ...) at t[..., o] pack P`` views the slices
-        ``o .. o + P - 1`` of the last offset's dimension, interleaved into the first view dimension
-        (row r is slice o + r % P at position r // P). The slices must lie inside the tensor in the
-        first and the last program instance, the first dimension must be P times the packed one and
-        the others the tensor's trailing ones, and packed query heads must share one K/V head."""
-        instance = "first" if self.probe == 0 else "last"
-        p = self.value(s.pack, env, "pack factor")
-        if p is None:
-            return False
-        k = len(s.offset)
-        example = "e.g. Allocate Q in global (Hq // Hkv * Sq, D) at q[b, hk * (Hq // Hkv)] pack Hq // Hkv with grid axis hk : Hkv"
-        if p < 1:
-            self.add("TL313", s.pack, f"pack factor {_valued(s.pack, p)} is not positive", "pack at least one slice: " + example)
-            return False
-        if not s.shape or k + len(s.shape) != len(full):
-            if not s.shape:
-                self.add("TL313", s, f"{s.name} has no dimension to pack the slices of {s.tensor} into", "a packed view keeps the dimensions after its offsets, the first one multiplied by P: " + example)
-            return False
-        dim, axis = full[k - 1], k - 1
-        lead = self.value(s.offset[-1], env, "offset")
-        first, what = show(s.offset[-1]), self._dim_name(s.tensor, axis)
-        if isinstance(lead, int) and (lead < 0 or lead + p > dim):
-            self.add("TL313", s.offset[-1], f"{s.name} packs slices {first} .. {first} + {show(s.pack)} - 1 = {lead}..{lead + p - 1} of dimension {axis} of {s.tensor} ({what} = {dim}), "
-                     f"which leave the tensor in the {instance} program instance", "start the packed slices at a multiple of P that leaves P slices: " + example)
-        if shape is not None:
-            inner = self._dim_name(s.tensor, k)
-            if shape[0] != p * full[k]:
-                self.add("TL313", s.shape[0], f"{s.name} packs {_valued(s.pack, p)} slices of {inner} = {full[k]} rows, so its first dimension is {p * full[k]}, "
-                         f"not {_valued(s.shape[0], shape[0])}", f"write ({show(s.pack)} * {inner}, ...): the packed rows are every (slice, position) pair")
-            elif tuple(shape[1:]) != tuple(full[k + 1:]):
-                rest = ", ".join(self._dim_name(s.tensor, a) for a in range(k + 1, len(full)))
-                self.add("TL313", s, f"{s.name} views {s.tensor} packed with shape ({', '.join(show(d) for d in s.shape)}); after the packed dimension come the tensor's trailing dimensions ({rest})",
-                         f"write ({show(s.pack)} * {inner}{', ' + rest if rest else ''})")
-        if dim == env.get("Hq") and env.get("Hkv"):
-            group = env["Hq"] // env["Hkv"]
-            if group % p or (isinstance(lead, int) and lead % p):
-                self.add("TL313", s.pack, f"{s.name} packs query heads {lead}..{lead + p - 1} of {s.tensor}, which read different K/V heads (Hq // Hkv = {group} query heads per K/V head) in the {instance} program instance",
-                         "pack the query heads of one K/V head, starting at a multiple of the pack factor: " + example)
-        return Packed(p, s.pack, s.name, s.line)
-
     def c_Copy(self, s: n.Copy, env: dict, loop) -> None:
         src = self.get(s.src, s)
         if src is None:
@@ -309,7 +234,7 @@ class KernelCheck:
             if glob.tensor in INPUTS:
                 self.add("TL408", s, f"the kernel writes its input tensor {glob.tensor}", "store results into o, lse or a scratch tensor")
             if tile is not None and src.shape and src.shape != tile:
-                self.add("TL302", s, f"{s.src} has shape {_fmt(src.dims)} but the stored tile is {_fmt(s.tile)}", "the tile shape must be the shape of the register tile")
+                self.add("TL302", s, f"{s.src} has shape {dims_text(src.dims)} but the stored tile is {dims_text(s.tile)}", "the tile shape must be the shape of the register tile")
             self.check_packed_store(s, src, glob)
             self.written.add(glob.tensor)
             return
@@ -318,31 +243,13 @@ class KernelCheck:
         else:
             new_shape, new_dims, rows, cols = src.shape, src.dims, src.rows, src.cols
         if dst is not None and new_shape is not None and dst.shape and dst.shape != new_shape:
-            self.add("TL302", s, f"{s.dst} has shape {_fmt(dst.dims)} but the copied tile is {_fmt(new_dims)}", f"Allocate {s.dst} with shape {_fmt(new_dims)}, or copy a tile of its shape")
+            self.add("TL302", s, f"{s.dst} has shape {dims_text(dst.dims)} but the copied tile is {dims_text(new_dims)}", f"Allocate {s.dst} with shape {dims_text(new_dims)}, or copy a tile of its shape")
         dtype = dst.dtype if dst is not None else src.dtype
         node = dst.node if dst is not None else s
         self.names[s.dst] = Info(s.dst_level, new_shape or (), new_dims, dtype, node, rows=rows, cols=cols,
                                   from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online,
                                   init=dst.init if dst is not None else None)
         self.report.defs(self.k, s, s.dst, self.names[s.dst], loop)
-
-    def check_packed_store(self, s: n.Copy, src: Info, glob: Info) -> None:
-        """TL413: a tile whose rows are known is stored into a view packed the same way: packed
-        (head, position) rows into a view with the same pack factor, plain rows into a plain view."""
-        have = src.rows.p if isinstance(src.rows, Packed) else None
-        want = glob.rows.p if isinstance(glob.rows, Packed) else None
-        if not src.rows or have == want or not isinstance(glob.node, n.Allocate):
-            return
-        view = glob.node
-        if have is None:
-            self.add("TL413", s, f"{s.src} has plain rows (one position each) but view {s.dst} (line {view.line}) is packed ({_valued(view.pack, want)} slices per position)",
-                     f"load the tile from a view packed the same way, or view {s.dst} without 'pack'")
-        elif want is None:
-            self.add("TL413", s, f"{s.src} has packed rows (pack {_valued(src.rows.expr, have)}, from {src.rows.view} at line {src.rows.line}) but view {s.dst} (line {view.line}) is not packed: "
-                     f"row r would go to position r of one head instead of slice r % {have} at position r // {have}", f"view the output packed the same way: ... at {view.tensor}[...] pack {show(src.rows.expr)}")
-        else:
-            self.add("TL413", s, f"{s.src} has rows packed {_valued(src.rows.expr, have)} slices per position (from {src.rows.view} at line {src.rows.line}) but view {s.dst} (line {view.line}) packs {_valued(view.pack, want)}",
-                     f"pack both views with the same factor, e.g. pack {show(src.rows.expr)}")
 
     def check_tile_inside(self, s: n.Copy, glob: Info, tile: tuple | None, coord: tuple, env: dict) -> None:
         """TL312: a global Copy whose tile lies wholly outside its view in this probe's program
@@ -383,119 +290,6 @@ class KernelCheck:
                          f"coordinates count tiles of {tdim} from 0 to cdiv({dim}, {tdim}) - 1")
             return
 
-    def c_Gemm(self, s: n.Gemm, env: dict, loop) -> None:
-        a, b = self.get(s.a, s), self.get(s.b, s)
-        if a is None or b is None:
-            return
-        wgmma = self.target is not None and (self.target.has_wgmma or self.target.has_tcgen05)
-        allowed = ("register", "shared") if wgmma else ("register",)
-        wrong = [(info, name, role) for info, name, role in ((a, s.a, "A"), (b, s.b, "B")) if info.level not in allowed]
-        if wrong:
-            where = "register or shared memory (wgmma reads shared operands)" if wgmma else "registers"
-            if len(wrong) == 2 and wrong[0][0].level == wrong[1][0].level:
-                said = f"operands A ({s.a}) and B ({s.b}) are in {a.level} memory"
-            else:
-                said = ("operands " if len(wrong) > 1 else "operand ") + " and ".join(f"{role} ({name}) is in {info.level} memory" for info, name, role in wrong)
-            fix = " and ".join(f"Copy {name} from {info.level} to register" for info, name, _ in wrong)
-            self.add("TL404", s, f"GEMM {said}; operands must be in {where}", fix + " first")
-            return
-        if a.layout == "mma_c":
-            self.add("TL406", s, f"{s.a} is in the accumulator layout (mma_c) but GEMM operand A needs the mma_a layout", f"add 'Reshape {s.a} from mma_c to mma_a' before this GEMM")
-        if b.layout == "mma_c":
-            self.add("TL406", s, f"{s.b} is in the accumulator layout (mma_c) but GEMM operand B needs the mma_b layout", f"add 'Reshape {s.b} from mma_c to mma_b' before this GEMM")
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            self.add("TL302", s, "GEMM operands must be 2-d tiles", "use (rows, cols) tiles")
-            return
-        am, ak = (a.shape[1], a.shape[0]) if s.a_trans else a.shape
-        bk, bn = (b.shape[1], b.shape[0]) if s.b_trans else b.shape
-        adims = a.dims[::-1] if s.a_trans else a.dims
-        bdims = b.dims[::-1] if s.b_trans else b.dims
-        if ak != bk:
-            hint = f"write {s.b}^T" if not s.b_trans and b.shape[1] == ak else "the inner dimensions of A and B must agree"
-            self.add("TL303", s, f"GEMM inner dimensions differ: {s.a}{'^T' if s.a_trans else ''} is {_fmt(adims)}, {s.b}{'^T' if s.b_trans else ''} is {_fmt(bdims)}", hint)
-            return
-        if a.dtype != b.dtype:
-            self.add("TL305", s, f"GEMM operands have different data types: {s.a} is {a.dtype}, {s.b} is {b.dtype}", self._cast_hint(s, a, b))
-        self.check_mma(s, a.dtype, (adims[0], am), (bdims[1], bn), (adims[1], ak))
-        rows = a.cols if s.a_trans else a.rows
-        cols = b.rows if s.b_trans else b.cols
-        a_online = a.online
-        self.report.operand(self.k, s, s.a, a, ak)
-        self.report.operand(self.k, s, s.b, b, ak)
-        if s.accumulate:
-            acc = self.get(s.out, s)
-            if acc is None:
-                return
-            self.require_register(acc, s.out, s, "GEMM accumulate")
-            self.check_accumulator(s, a.dtype, acc.dtype)
-            if acc.shape and acc.shape != (am, bn):
-                self.add("TL304", s, f"cannot accumulate a {_fmt((adims[0], bdims[1]))} product into {s.out} of shape {_fmt(acc.dims)}", f"Allocate {s.out} in register {_fmt((adims[0], bdims[1]))}")
-            if a_online is not None and s.out not in a_online.rescale:
-                self.add("TL409", s, f"{s.out} accumulates probabilities from the online softmax at line {a_online.line} but is not rescaled there", f"add 'rescale {s.out}' to that OnlineSoftmax: earlier terms must shrink when the running max grows")
-            acc.rows, acc.cols = acc.rows or rows, acc.cols or cols
-            self.report.defs(self.k, s, s.out, acc, loop)
-            return
-        acc_dtype = self.dtypes.get("acc", "fp32")
-        self.check_accumulator(s, a.dtype, acc_dtype)
-        self.names[s.out] = Info("register", (am, bn), (adims[0], bdims[1]), acc_dtype, s, layout="mma_c", rows=rows, cols=cols,
-                                  online=a_online or b.online)
-        self.report.defs(self.k, s, s.out, self.names[s.out], loop)
-
-    def check_accumulator(self, s: n.Gemm, operands: str, acc: str) -> None:
-        """Tensor cores accumulate in fp32 (or fp16 for fp16 operands); nothing accumulates in bf16 or fp8."""
-        if self.target is not None:
-            try:
-                tc = self.target.tensor_core_dtype(operands, allow_tf32=True)
-            except TargetError:
-                tc = None
-            allowed = sorted({d for i in self.target.mma if tc in i.operand_dtypes for d in i.acc_dtypes}) if tc else ["fp32"]
-        else:
-            allowed = ["fp16", "fp32"] if operands == "fp16" else ["fp32"]
-        allowed = [d for d in allowed if d in TL_DTYPES] or ["fp32"]
-        if acc not in allowed:
-            self.add("TL507", s, f"a GEMM of {operands} operands cannot accumulate in {acc}" + (f" on {self.target.name}" if self.target else ""),
-                     f"accumulate in {' or '.join(allowed)}: dtype acc = fp32")
-
-    def check_mma(self, s: n.Gemm, dtype: str, m: tuple, nn: tuple, k: tuple) -> None:
-        t = self.target
-        if t is None:
-            return
-        if dtype == "fp32":
-            tf32 = t.tensor_core_dtype("fp32", allow_tf32=True)
-            if tf32 is None:
-                self.add("TL502", s, f"{t.name} ({t.sm}) has no tensor-core instruction for fp32 or tf32; this GEMM runs on the FMA pipes", "expect about 1/8 of the fp16 rate; use fp16 inputs for tensor cores", "warning")
-            else:
-                self.add("TL502", s, "exact fp32 GEMMs run on the FMA pipes; tf32 tensor cores are used only when the spec allows tf32", "set allow_tf32 in the AttentionSpec if ~1e-3 relative error is acceptable", "info")
-            return
-        try:
-            tc = t.tensor_core_dtype(dtype)
-        except TargetError:
-            tc = None
-        if tc is None:
-            have = ", ".join(sorted(t.mma_operand_dtypes()))
-            self.add("TL501", s, f"{t.name} ({t.sm}) tensor cores do not take {dtype}", f"tensor-core dtypes there: {have}; change 'dtype qkv' or pick a newer target")
-            return
-        grains = (("M", m, t.mma_m_granule()), ("N", nn, t.mma_n_granule()), ("K", k, t.mma_k_granule(dtype)))
-        params = {p.name for p in self.k.params}
-        for axis, (dim, size), grain in grains:
-            if size % grain == 0:
-                continue
-            if n.expr_names(dim) <= params:
-                self.add("TL505", dim, f"GEMM {axis} = {show(dim)} = {size} is not a multiple of {grain}, the {axis} of {t.name}'s {dtype} MMA", f"choose {show(dim)} as a multiple of {grain}")
-            elif self.probe == 0:
-                self.add("TL505", dim, f"GEMM {axis} = {show(dim)} = {size} is not a multiple of {grain}; the translator pads it to {grain * math.ceil(size / grain)}", "no change needed; padding costs some tensor-core work", "info")
-
-    def _cast_hint(self, s: n.Gemm, a: Info, b: Info) -> str:
-        """Which operand to cast, where a Cast can reach it (Cast works on register tiles: TL405)."""
-        qkv = self.dtypes.get("qkv")
-        (name, info), (other, other_info) = ((s.a, a), (s.b, b)) if a.dtype != qkv else ((s.b, b), (s.a, a))
-        if info.level == "register":
-            return f"add 'Compute Cast {name} to qkv' before the GEMM"
-        fix = f"{name} is in {info.level} memory, where Cast cannot reach it (Cast works on register tiles): allocate it with ': {other_info.dtype}'"
-        if other_info.level == "register":
-            fix += f", or add 'Compute Cast {other} to {info.dtype}' before the GEMM"
-        return fix
-
     def c_Elementwise(self, s: n.Elementwise, env: dict, loop) -> None:
         tiles: list[tuple[str, Info]] = []
         for a in s.args:
@@ -521,11 +315,11 @@ class KernelCheck:
                 continue
             if len(info.shape) == 1 and len(first.shape) == 2 and info.shape[0] == first.shape[0]:
                 continue  # a per-row vector widens across the columns
-            self.add("TL306", s, f"Compute {s.op}: {name} {_fmt(info.dims)} and {first_name} {_fmt(first.dims)} do not broadcast", "operands must have equal shapes, or be a per-row vector (BM) against a (BM, N) tile")
+            self.add("TL306", s, f"Compute {s.op}: {name} {dims_text(info.dims)} and {first_name} {dims_text(first.dims)} do not broadcast", "operands must have equal shapes, or be a per-row vector (BM) against a (BM, N) tile")
             return
         if s.op in ("RowMax", "RowSum"):
             if len(first.shape) != 2:
-                self.add("TL302", s, f"{s.op} reduces the columns of a 2-d tile; {first_name} is {_fmt(first.dims)}", "apply it to a (rows, cols) tile")
+                self.add("TL302", s, f"{s.op} reduces the columns of a 2-d tile; {first_name} is {dims_text(first.dims)}", "apply it to a (rows, cols) tile")
                 return
             out = Info("register", first.shape[:1], first.dims[:1], first.dtype, s, rows=first.rows)
         else:
@@ -558,15 +352,6 @@ class KernelCheck:
 
     def _index_names(self, info: Info) -> tuple[str, ...]:
         return (("q_idx",) if info.rows else ()) + (("h_idx",) if isinstance(info.rows, Packed) else ()) + (("kv_idx",) if info.cols else ())
-
-    def h_idx_defined(self, e: n.Expr, info: Info, name: str) -> tuple[str, ...]:
-        """TL203, with its own hint, for ``h_idx`` on a tile whose rows are not packed; returns
-        the extra name to let through so the generic check does not report it again."""
-        if "h_idx" not in n.expr_names(e) or isinstance(info.rows, Packed):
-            return ()
-        self.add("TL203", e, f"name 'h_idx' is not defined here: the rows of {name} are not packed",
-                 "h_idx is the query head of each row of a tile loaded from a packed view (Allocate ... pack P); in a kernel with one head per program use the grid axis (h)")
-        return ("h_idx",)
 
     def c_ScoreMod(self, s: n.ScoreMod, env: dict, loop) -> None:
         t = self.get(s.target, s)
@@ -606,7 +391,7 @@ class KernelCheck:
         rows = S.shape[:1]
         for name, info, init, want in ((s.row_max, m, "-inf", -math.inf), (s.row_sum, l, "0", 0.0)):
             if info.shape != rows:
-                self.add("TL307", s, f"{name} has shape {_fmt(info.dims)}; the running state needs one value per row of {s.scores} {_fmt(S.dims[:1])}", f"Allocate {name} in register {_fmt(S.dims[:1])} : acc = {init}")
+                self.add("TL307", s, f"{name} has shape {dims_text(info.dims)}; the running state needs one value per row of {s.scores} {dims_text(S.dims[:1])}", f"Allocate {name} in register {dims_text(S.dims[:1])} : acc = {init}")
             elif isinstance(info.node, n.Allocate):
                 try:
                     start = 0.0 if info.init is None else evaluate(info.init, self.env)
@@ -620,7 +405,7 @@ class KernelCheck:
         for name in s.rescale:
             acc = self.get(name, s)
             if acc is not None and acc.shape[:1] != rows:
-                self.add("TL307", s, f"rescaled {name} {_fmt(acc.dims)} does not have the rows of {s.scores}", "rescale accumulators with one row per score row")
+                self.add("TL307", s, f"rescaled {name} {dims_text(acc.dims)} does not have the rows of {s.scores}", "rescale accumulators with one row per score row")
         out = Info("register", S.shape, S.dims, S.dtype, s, layout=S.layout, rows=S.rows, cols=S.cols, online=s)
         self.names[s.out] = out
         self.report.defs(self.k, s, s.out, out, loop)
@@ -630,7 +415,7 @@ class KernelCheck:
         if acc is None or l is None or not all(self.require_register(i, nm, s, "Normalize") for i, nm in ((acc, s.acc), (l, s.row_sum))):
             return
         if acc.shape[:1] != l.shape:
-            self.add("TL307", s, f"{s.row_sum} {_fmt(l.dims)} does not have one value per row of {s.acc} {_fmt(acc.dims)}", "normalise by the running sum of the same rows")
+            self.add("TL307", s, f"{s.row_sum} {dims_text(l.dims)} does not have one value per row of {s.acc} {dims_text(acc.dims)}", "normalise by the running sum of the same rows")
         out = Info("register", acc.shape, acc.dims, acc.dtype, s, rows=acc.rows, cols=acc.cols)
         self.names[s.out] = out
         self.report.defs(self.k, s, s.out, out, loop)
@@ -659,15 +444,6 @@ class _Probe:
 
     def __getitem__(self, index):
         return 1.0
-
-
-def _valued(e: n.Expr, value) -> str:
-    """An expression with its value under the probe, e.g. ``Hq // Hkv = 3`` (a literal alone)."""
-    return show(e) if show(e) == str(value) else f"{show(e)} = {value}"
-
-
-def _fmt(dims) -> str:
-    return "(" + ", ".join(show(d) for d in dims) + ")"
 
 
 def _defines(s: n.Stmt) -> str | None:

@@ -1,8 +1,9 @@
 """Static checker for TL-Code: names, shapes, data types, memory levels and the target's limits.
 
 This module runs the checks over a whole program and collects their findings; the header checks
-live in ``check_header``, the walk of a kernel's statements in ``check_body``, the resource
-estimates in ``resources``.
+live in ``check_header``, the walk of a kernel's statements in ``check_body`` (with the GEMM and
+tensor-core rules in ``check_gemm`` and the packed-GQA view rules in ``check_packed``), the
+resource estimates in ``resources``.
 
 The checker walks the first and the last program instance symbolically (first and last loop
 iteration too). Shapes are compared by evaluating their expressions under two unrelated
@@ -23,8 +24,9 @@ from ..abi import ARG_SHAPES
 from ..dtypes import FORMATS
 from ..targets import Target
 from . import nodes as n
-from .check_body import Info, KernelCheck
+from .check_body import KernelCheck
 from .check_header import check_header, resolve_target
+from .check_info import Info
 from .evaluate import evaluate
 from .findings import CheckResult, Finding, KernelResources
 from .resources import estimate

@@ -1,6 +1,6 @@
 """The CUDA translation manual: how TL maps onto this backend's CUDA C++, for a model asked to
 translate a TL program (the paper's stage 2 by an LLM), made from the backend's own parts so it
-cannot drift from them: the translation table (``emit.TRANSLATION_TABLE``), the prelude's device
+cannot drift from them: the translation table (``table.TRANSLATION_TABLE``), the prelude's device
 helpers (``prelude.PRELUDE``), the kernel ABI (``emit.signature``, ``abi``) and the target's
 mma.sync instructions (``targets``).
 
@@ -15,7 +15,7 @@ import re
 
 from ...abi import RUNTIME_SCALARS, SIZE_ARGS
 from ...targets import Target
-from .emit import TRANSLATION_TABLE
+from .table import TRANSLATION_TABLE
 from .module import KERNEL_MARK, META_PREFIX
 from .prelude import PRELUDE
 
@@ -65,7 +65,7 @@ def translation_manual(target: Target | None = None) -> str:
     helpers and the ABI a translated kernel must keep."""
     scalars = ", ".join(f"`{s}` ({r.kind}: {r.meaning})" for s, r in RUNTIME_SCALARS.items())
     lines = ["# How TL maps onto CUDA C++ (attnforge's CUDA backend)", "",
-             "Made from the backend itself (`attnforge.backends.cuda`: the translation table in `emit.py`, the helpers in "
+             "Made from the backend itself (`attnforge.backends.cuda`: the translation table in `table.py`, the helpers in "
              "`prelude.py`, the ABI in `emit.signature`). A translation keeps the TL program's tiling, masking and arithmetic "
              "and puts each TL statement as a `// TL: ...` comment above the code it became.", "",
              "## The target", "", *_path(target), "",

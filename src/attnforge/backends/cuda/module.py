@@ -12,7 +12,8 @@ from ...analysis.facts import scratch_ranks
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
 from ...tl.printer import print_program
-from .emit import INDENT, KernelCode, KernelEmitter, signature
+from .base import INDENT
+from .emit import KernelCode, KernelEmitter, signature
 from .prelude import PRELUDE
 
 META_PREFIX = "// attnforge-cuda-meta: "
