@@ -39,6 +39,20 @@ SWEEP_CASES = [CASES[2], CASES[3], CASES[0], CASES[4]]
 SWEEP_PARAMS = [dict(NSPLIT=ns, BN=bn, stages=st) for ns in (1, 2, 4, 8, 16) for bn, st in ((64, 2), (64, 3), (128, 2))]
 
 
+
+def fp32_reference(q, k, v, scale: float, causal: bool):
+    """fp32 attention on upcast inputs, bottom-right causal: the check on the timed shape (the
+    float64 reference would not fit these shapes in host memory)."""
+    import torch
+
+    Hq, Sq, Sk = q.shape[1], q.shape[2], k.shape[2]
+    kx, vx = (t.float().repeat_interleave(Hq // k.shape[1], dim=1) for t in (k, v))
+    scores = (q.float() @ kx.transpose(-1, -2)) * scale
+    if causal:
+        keep = torch.arange(Sk, device=q.device)[None, :] <= torch.arange(Sq, device=q.device)[:, None] + Sk - Sq
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ vx
+
 def tag(case: tuple) -> str:
     name, dtype, d, causal, B, Hq, Hkv, Sq, Sk = case
     return f"{name}-{dtype}-d{d}-{'causal' if causal else 'full'}-{B}x{Hq}/{Hkv}x{Sq}x{Sk}"
@@ -85,13 +99,7 @@ def sweep(out: Path) -> None:
         q = torch.randn(B, Hq, Sq, d, device="cuda", dtype=DT[dtype], generator=g)
         k = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=DT[dtype], generator=g)
         v = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=DT[dtype], generator=g)
-        kx, vx = (t.float().repeat_interleave(Hq // Hkv, dim=1) for t in (k, v))
-        scores = (q.float() @ kx.transpose(-1, -2)) * spec.scale
-        if causal:
-            keep = torch.arange(Sk, device="cuda")[None, :] <= torch.arange(Sq, device="cuda")[:, None] + Sk - Sq
-            scores = scores.masked_fill(~keep, float("-inf"))
-        ref = torch.softmax(scores, dim=-1) @ vx
-        del scores, kx, vx
+        ref = fp32_reference(q, k, v, spec.scale, causal)
         moved = (2 * q.numel() + k.numel() + v.numel()) * q.element_size()
         root = Path(tempfile.mkdtemp(prefix="sweep-"))
         for i, params in enumerate(SWEEP_PARAMS):
@@ -165,14 +173,7 @@ def main() -> None:
         v = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=DT[dtype], generator=g)
         outs = {label: (torch.full((B, Hq, Sq, d), float("nan"), device="cuda", dtype=DT[dtype]),
                         torch.full((B, Hq, Sq), float("nan"), device="cuda", dtype=torch.float32)) for label in kernels}
-        # the reference on the timed shape: fp32 math on upcast inputs, bottom-right causal
-        kx, vx = (t.float().repeat_interleave(Hq // Hkv, dim=1) for t in (k, v))
-        scores = (q.float() @ kx.transpose(-1, -2)) * spec.scale
-        if causal:
-            keep = torch.arange(Sk, device="cuda")[None, :] <= torch.arange(Sq, device="cuda")[:, None] + Sk - Sq
-            scores = scores.masked_fill(~keep, float("-inf"))
-        ref = torch.softmax(scores, dim=-1) @ vx
-        del scores, kx, vx
+        ref = fp32_reference(q, k, v, spec.scale, causal)
         for label, kernel in kernels.items():
             o, lse = outs[label]
             kernel.launch(q, k, v, o, lse, scale=spec.scale)

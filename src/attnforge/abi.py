@@ -78,3 +78,18 @@ def check_scalars(scalars: dict[str, object]) -> None:
                 raise LaunchError(f"{name} = {value!r} is not an integer", where=name, hint=f"{name} is {RUNTIME_SCALARS[name].meaning}: an int >= 0")
         elif isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
             raise LaunchError(f"{name} = {value!r} is not a finite number", where=name, hint="pass a Python float")
+
+
+def new_outputs(q: Any, v: Any, o_dtype: Any = None, *, bshd: bool = False) -> tuple[Any, Any]:
+    """Fresh outputs for BHSD-indexed q and v: O (B, Hq, Sq, Dv) in ``o_dtype`` (q's by default),
+    laid out (B, Sq, Hq, Dv) underneath with ``bshd``, and the LSE (B, Hq, Sq, fp32)."""
+    import torch
+
+    B, Hq, Sq, _ = q.shape
+    Dv = v.shape[3]
+    dtype = q.dtype if o_dtype is None else o_dtype
+    if bshd:
+        o = torch.empty((B, Sq, Hq, Dv), dtype=dtype, device=q.device).transpose(1, 2)
+    else:
+        o = torch.empty((B, Hq, Sq, Dv), dtype=dtype, device=q.device)
+    return o, torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from .abi import new_outputs
 from .backends import Kernel, backend_for_directory, choose_backend, get_backend, names
 from .cache import build_or_load, entry_key
 from .dtypes import KERNEL_DTYPES, torch_dtype
@@ -85,16 +86,6 @@ def kernel_for(spec: AttentionSpec, device: torch.device, *, backend: str = "aut
     return _loaded[key]
 
 
-def _empty_outputs(q: torch.Tensor, v: torch.Tensor, out_bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    B, Hq, Sq, _ = q.shape
-    Dv = v.shape[3]
-    if out_bshd:
-        o = torch.empty((B, Sq, Hq, Dv), dtype=q.dtype, device=q.device).transpose(1, 2)
-    else:
-        o = torch.empty((B, Hq, Sq, Dv), dtype=q.dtype, device=q.device)
-    return o, torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
-
-
 @torch.library.custom_op("attnforge::attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Optional[torch.Tensor], scale: float,
                   causal: bool, causal_align: str, window_left: Optional[int], window_right: Optional[int],
@@ -104,7 +95,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
                  mask_mod=mask_mod, allow_tf32=allow_tf32)
     kernel = kernel_for(spec, q.device, backend=backend, tma=tma_compatible(q, k, v))
-    o, lse = _empty_outputs(q, v, out_bshd)
+    o, lse = new_outputs(q, v, bshd=out_bshd)
     scalars: dict = spec.runtime_scalars()
     if alibi_slopes is not None:
         scalars["alibi_slopes"] = alibi_slopes
@@ -114,7 +105,7 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
 
 @_attention_op.register_fake
 def _attention_fake(q, k, v, alibi_slopes, scale, causal, causal_align, window_left, window_right, softcap, score_mod, mask_mod, allow_tf32, out_bshd, backend):
-    return _empty_outputs(q, v, out_bshd)
+    return new_outputs(q, v, bshd=out_bshd)
 
 
 def _window(window: None | int | Sequence[Optional[int]], causal: bool) -> tuple[Optional[int], Optional[int]]:
@@ -267,7 +258,7 @@ def attention(
             _dispatch[key] = prepared
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    o, lse = _empty_outputs(q, v, prepared.out_bshd)
+    o, lse = new_outputs(q, v, bshd=prepared.out_bshd)
     slopes = prepared.slopes
     if isinstance(alibi_slopes, torch.Tensor):
         slopes = alibi_slopes if alibi_slopes.dtype == torch.float32 and alibi_slopes.device == q.device else alibi_slopes.to(device=q.device, dtype=torch.float32)

@@ -309,23 +309,7 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
     lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
-    lines += [
-        "Allocate O in global (Sq, Dv) at o[b, h]",
-        "Allocate LSE in global (Sq) at lse[b, h]",
-        "Allocate m_i in register (BM) : acc = -inf",
-        "Allocate l_i in register (BM) : acc = 0",
-        "Allocate O_acc in register (BM, Dv) : acc = 0",
-        "for s = 0 : NSPLIT",
-        "    Allocate O_s in global (Sq, Dv) at o_part[b, h, s]",
-        "    Allocate LSE_s in global (Sq) at lse_part[b, h, s]",
-        "    Copy LSE_s (BM) at [m] from global to register lse_s",
-        "    Copy O_s (BM, Dv) at [m, 0] from global to register o_s",
-        "    Compute OnlineSoftmax lse_s state m_i, l_i rescale O_acc and get w",
-        "    Compute Multiply o_s, w and get o_w",
-        "    Compute Add O_acc, o_w",
-        "end",
-        *_EPILOGUE,
-    ]
+    lines += _combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")
     return "\n".join(lines) + "\n"
 
 
@@ -348,15 +332,24 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
     lines += _EPILOGUE
     lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
-    lines += [
-        f"Allocate O in global ({_PACKED_ROWS}, Dv) at o[b, {_GROUP_HEAD}] pack {_G}",
-        f"Allocate LSE in global ({_PACKED_ROWS}) at lse[b, {_GROUP_HEAD}] pack {_G}",
+    pack = f" pack {_G}"
+    lines += _combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
+                      f"o_part[b, s, {_GROUP_HEAD}]{pack}", f"lse_part[b, s, {_GROUP_HEAD}]{pack}")
+    return "\n".join(lines) + "\n"
+
+
+def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: str, lse_part_at: str) -> list[str]:
+    """The body of split-KV's combine kernel: merge the NSPLIT partial outputs of each row with the
+    online softmax over their log-sum-exps, then normalise and store (views as given: plain or packed)."""
+    return [
+        f"Allocate O in global {o_shape} at {o_at}",
+        f"Allocate LSE in global {lse_shape} at {lse_at}",
         "Allocate m_i in register (BM) : acc = -inf",
         "Allocate l_i in register (BM) : acc = 0",
         "Allocate O_acc in register (BM, Dv) : acc = 0",
         "for s = 0 : NSPLIT",
-        f"    Allocate O_s in global ({_PACKED_ROWS}, Dv) at o_part[b, s, {_GROUP_HEAD}] pack {_G}",
-        f"    Allocate LSE_s in global ({_PACKED_ROWS}) at lse_part[b, s, {_GROUP_HEAD}] pack {_G}",
+        f"    Allocate O_s in global {o_shape} at {o_part_at}",
+        f"    Allocate LSE_s in global {lse_shape} at {lse_part_at}",
         "    Copy LSE_s (BM) at [m] from global to register lse_s",
         "    Copy O_s (BM, Dv) at [m, 0] from global to register o_s",
         "    Compute OnlineSoftmax lse_s state m_i, l_i rescale O_acc and get w",
@@ -365,7 +358,6 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
         "end",
         *_EPILOGUE,
     ]
-    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------ parameters

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars
+from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars, new_outputs
 from ...dtypes import torch_dtype
 from ...errors import AttnforgeError, CompileError, LaunchError
 from ..triton.runtime import check_arguments, window_bound  # plain Python (no triton import): the ABI's argument checks
@@ -227,9 +227,7 @@ class CudaKernel:
             o_target.copy_(o)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
-        B, Hq, Sq, _ = q.shape
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        o = torch.empty((B, Hq, Sq, v.shape[-1]), dtype=self.dtypes.get("o", q.dtype), device=q.device)
-        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+        o, lse = new_outputs(q, v, self.dtypes.get("o", q.dtype))
         self.launch(q, k, v, o, lse, scale=scale, **scalars)
         return o, lse

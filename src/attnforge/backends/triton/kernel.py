@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from ...abi import ARG_SHAPES, check_scalars
+from ...abi import ARG_SHAPES, check_scalars, new_outputs
 from ...errors import AttnforgeError, CompileError, LaunchError
 from .interpreter import KNOB_LOCK, interpreting
 from .runtime import check_arguments
@@ -139,10 +139,8 @@ class GeneratedKernel:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
         """O (B, Hq, Sq, Dv) and the log-sum-exp (B, Hq, Sq, fp32) for BHSD-indexed q, k, v."""
         self._check_tensors(dict(q=q, k=k, v=v))
-        B, Hq, Sq, _ = q.shape
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        o = torch.empty((B, Hq, Sq, v.shape[-1]), dtype=self.dtypes.get("o", q.dtype), device=q.device)
-        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+        o, lse = new_outputs(q, v, self.dtypes.get("o", q.dtype))
         self.launch(q, k, v, o, lse, scale=scale, **scalars)
         return o, lse
 
