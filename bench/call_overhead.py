@@ -5,6 +5,7 @@
 For a few small shapes (short kernels, where the host sets the pace) it measures, after warm-up:
   issue   -- back-to-back calls without a sync: wall time per call (host issue rate)
   stubbed -- the same with every kernel launch replaced by a no-op: attnforge's own host code
+  launch  -- the C launcher alone, called again with the last call's arguments: the launch itself
   kernel  -- CUDA-event time per call of a long back-to-back run (the GPU's side)
   sdpa    -- SDPA (cuDNN) issue time per call, the same way
 and checks that ``attention()`` can be captured in a CUDA graph and replayed to the same output.
@@ -53,24 +54,66 @@ def gpu_time(fn, calls: int = 200) -> float:
     return start.elapsed_time(end) / calls * 1e3
 
 
+def _recorded_launches():
+    """The direct launches (``direct.DirectLaunch``) attention()'s dispatch cache holds now."""
+    from attnforge import api
+
+    return [slot.direct for prepared in api._dispatch.values() for slot in prepared.slots if slot is not None and slot.direct is not None]
+
+
 class _Stub:
-    """Replaces the Triton JIT launch (``JITFunction.run``) and the prepared launch with no-ops."""
+    """Replaces every kernel launch with a no-op: the Triton JIT launch (``JITFunction.run``),
+    a recorded kernel's ``CompiledKernel.run``, and the C launcher call of a direct launch (the
+    arguments are still assembled: that is our code)."""
 
     def __enter__(self):
         import triton.runtime.jit as jit
+        from triton.compiler.compiler import CompiledKernel
 
         self.jit, self.saved = jit.JITFunction, jit.JITFunction.run
         jit.JITFunction.run = lambda self, *a, **k: None
-        from triton.compiler.compiler import CompiledKernel
-
-        # the dispatch cache's direct launch (runtime.launch_kernel) calls CompiledKernel.run
         self.compiled, self.compiled_run = CompiledKernel, CompiledKernel.__dict__["run"]
         CompiledKernel.run = property(lambda self: (lambda *a, **k: None))
+        self.direct = [(d, d.c_launch) for d in _recorded_launches()]
+        for d, _ in self.direct:
+            d.c_launch = lambda *a: None
         return self
 
     def __exit__(self, *exc):
         self.jit.run = self.saved
         self.compiled.run = self.compiled_run
+        for d, c_launch in self.direct:
+            d.c_launch = c_launch
+
+
+def launch_alone_time(fn) -> float:
+    """Issue time of the C launcher alone: the direct launches of one call of ``fn`` (two for
+    split-KV decode), repeated with the same arguments (no attnforge code, no allocation): what
+    'the launch itself' costs."""
+    from attnforge.backends.triton.direct import DirectLaunch
+
+    seen = []
+    call = DirectLaunch.__call__
+    DirectLaunch.__call__ = lambda self, grid, args, device: seen.append((self, grid, args, device)) or call(self, grid, args, device)
+    try:
+        fn()
+    finally:
+        DirectLaunch.__call__ = call
+    if not seen:
+        return float("nan")
+    launches = []
+    for direct, grid, args, device in seen:
+        saved = direct.c_launch
+        direct.c_launch = lambda *a: launches.append((saved, a))
+        try:
+            direct(grid, args, device)
+        finally:
+            direct.c_launch = saved
+
+    def replay() -> None:
+        for c_launch, final in launches:
+            c_launch(*final)
+    return issue_time(replay)
 
 
 def main() -> None:
@@ -101,6 +144,7 @@ def main() -> None:
             row["kernel_us"] = gpu_time(ours)
             with _Stub():
                 row["stubbed_us"] = issue_time(ours)
+            row["launch_alone_us"] = launch_alone_time(ours)
             # CUDA graph: capture one call, replay, compare with an eager call
             try:
                 expect = ours().clone()
@@ -140,9 +184,9 @@ def main() -> None:
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
     print("\n".join(text.getvalue().splitlines()[:45]))
-    print(f"{'shape':36} {'issue':>8} {'stubbed':>8} {'kernel':>8} {'sdpa iss':>8} {'sdpa ker':>8} {'graph':>6} {'replay':>7}  (us)")
+    print(f"{'shape':36} {'issue':>8} {'stubbed':>8} {'launch':>8} {'kernel':>8} {'sdpa iss':>8} {'sdpa ker':>8} {'graph':>6} {'replay':>7}  (us)")
     for r in rows:
-        print(f"{r['shape']:36} {r['issue_us']:8.1f} {r['stubbed_us']:8.1f} {r['kernel_us']:8.1f} {r['sdpa_issue_us']:8.1f} "
+        print(f"{r['shape']:36} {r['issue_us']:8.1f} {r['stubbed_us']:8.1f} {r['launch_alone_us']:8.1f} {r['kernel_us']:8.1f} {r['sdpa_issue_us']:8.1f} "
               f"{r['sdpa_kernel_us']:8.1f} {str(r['graph_equal']):>6} {r['graph_replay_us']:7.1f}  rel err {r['hit_rel_err']:.1e}")
     if args.json:
         with open(args.json, "w") as f:

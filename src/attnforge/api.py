@@ -155,42 +155,44 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
 class _Prepared:
     """What a dispatch-cache hit needs: the kernel, its runtime scalars and slopes, and the
     compiled kernels its launches recorded (``slots``). The first launch of a key runs every
-    check of the kernel's launcher; later ones skip them."""
+    check of the kernel's launcher; later ones go to ``fast``, the launch with the checks
+    skipped (``Kernel.checked_launch``, optional in the protocol), when the kernel has one."""
 
-    __slots__ = ("kernel", "scalars", "slopes", "out_bshd", "slots", "checked", "keyed")
+    __slots__ = ("kernel", "scalars", "slopes", "out_bshd", "slots", "fast")
 
     def __init__(self, kernel: Kernel, scalars: dict, slopes: Optional[torch.Tensor], out_bshd: bool):
-        self.kernel, self.scalars, self.slopes, self.out_bshd = kernel, scalars, slopes, out_bshd
+        self.kernel, self.out_bshd, self.slopes = kernel, out_bshd, slopes
+        # a slopes tensor made from "auto" or a list is the same at every call: bound with the scalars
+        self.scalars = scalars if slopes is None else {**scalars, "alibi_slopes": slopes}
         self.slots: list = []
-        self.checked = False
-        self.keyed = getattr(kernel, "launch_keyed", None)  # optional in the Kernel protocol
+        self.fast = None
 
-    def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **scalars) -> None:
-        if self.keyed is None:
-            self.kernel.launch(q, k, v, o, lse, **scalars)
+    def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **per_call) -> None:
+        """``per_call``: the ALiBi slopes when the caller passes them as a tensor (read at each call)."""
+        if self.fast is not None:
+            self.fast(q, k, v, o, lse, **per_call)
             return
-        self.keyed(q, k, v, o, lse, slots=self.slots, checked=self.checked, **scalars)
-        self.checked = True  # only after a launch that passed them
+        keyed = getattr(self.kernel, "launch_keyed", None)
+        if keyed is None:
+            self.kernel.launch(q, k, v, o, lse, **self.scalars, **per_call)
+            return
+        keyed(q, k, v, o, lse, slots=self.slots, **self.scalars, **per_call)
+        checked = getattr(self.kernel, "checked_launch", None)
+        self.fast = checked(self.slots, **self.scalars) if checked is not None else None  # this launch passed every check
 
 
 # (shapes, strides, dtype, device, 16-byte alignment of q/k/v and of a slopes tensor, every option with its type) -> _Prepared. Every
 # argument check and the spec's validation run once per key; a hit only allocates the outputs
-# and launches. What Triton specialises a kernel on is all in the key (see runtime.launch_kernel).
+# and launches. What Triton specialises a kernel on is all in the key (see launching.launch_kernel).
 _dispatch: dict[tuple, _Prepared] = {}
 _DISPATCH_LIMIT = 4096
 
 
-def _typed(value):
-    """``value`` for a dispatch key: each scalar with its type (tuples element by element)."""
-    if isinstance(value, tuple):
-        return tuple(_typed(x) for x in value)
-    return type(value), value
-
-
 def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32,
                   layout, backend) -> Optional[tuple]:
-    """The key of this call, or None when it cannot be cached (an argument that is not hashable,
-    inputs that need autograd's refusal)."""
+    """The key of this call, or None when it cannot be cached (inputs that need autograd's
+    refusal; a key that cannot be hashed fails its lookup). Built on every call: plain tuples of
+    what the tensors report, a few hundred nanoseconds each."""
     if not (type(q) is type(k) is type(v) is torch.Tensor) or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         return None
     if isinstance(alibi_slopes, torch.Tensor):
@@ -199,19 +201,18 @@ def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, so
         slopes_key = ("tensor", alibi_slopes.shape, alibi_slopes.stride(), alibi_slopes.data_ptr() % 16, alibi_slopes.dtype,
                       alibi_slopes.device)
     elif isinstance(alibi_slopes, (list, tuple)):
-        slopes_key = _typed(tuple(alibi_slopes))
+        slopes_key = (tuple(alibi_slopes), tuple(map(type, alibi_slopes)))
     else:
-        slopes_key = _typed(alibi_slopes)
-    if isinstance(window, list):
+        slopes_key = (alibi_slopes, type(alibi_slopes))
+    if isinstance(window, (list, tuple)):
         window = tuple(window)
+        window_types = tuple(map(type, window))
+    else:
+        window_types = None
     # options with their types: True == 1 and hash alike, but the checks a hit skips refuse one and not the other
-    options = _typed((causal, causal_align, scale, window, softcap, score_mod, mask_mod, allow_tf32, layout, backend))
+    options = (causal, causal_align, scale, window, softcap, score_mod, mask_mod, allow_tf32, layout, backend)
     key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device, k.device, v.device,
-           q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, slopes_key, options)
-    try:
-        hash(key)
-    except TypeError:
-        return None
+           q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, slopes_key, options, tuple(map(type, options)), window_types)
     return key
 
 
@@ -248,7 +249,10 @@ def attention(
                                  softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout,
                                  return_lse=return_lse, backend=backend)
     key = _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32, layout, backend)
-    prepared = _dispatch.get(key) if key is not None else None
+    try:
+        prepared = _dispatch.get(key) if key is not None else None
+    except TypeError:  # an option that cannot be hashed: such calls are prepared every time
+        key = prepared = None
     if prepared is None:
         prepared = _prepare(q, k, v, causal=causal, causal_align=causal_align, scale=scale, window=window, alibi_slopes=alibi_slopes,
                             softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout, backend=backend)
@@ -259,13 +263,11 @@ def attention(
     if layout == "bshd":
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     o, lse = new_outputs(q, v, bshd=prepared.out_bshd)
-    slopes = prepared.slopes
-    if isinstance(alibi_slopes, torch.Tensor):
+    if isinstance(alibi_slopes, torch.Tensor):  # read at each call (the key holds its shape, stride and alignment, not its values)
         slopes = alibi_slopes if alibi_slopes.dtype == torch.float32 and alibi_slopes.device == q.device else alibi_slopes.to(device=q.device, dtype=torch.float32)
-    if slopes is None:
-        prepared.launch(q, k, v, o, lse, **prepared.scalars)
+        prepared.launch(q, k, v, o, lse, alibi_slopes=slopes)
     else:
-        prepared.launch(q, k, v, o, lse, **prepared.scalars, alibi_slopes=slopes)
+        prepared.launch(q, k, v, o, lse)
     if layout == "bshd":
         o = o.transpose(1, 2)
     return (o, lse) if return_lse else o

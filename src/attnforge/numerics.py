@@ -72,33 +72,41 @@ def _subnormal_half_spacing(fmt: str) -> float:
     return 2.0 ** (f.min_normal_exp - f.mantissa_bits - 1)
 
 
-def _rows_dot(weights: np.ndarray, per_key: np.ndarray) -> np.ndarray:
+def _rows_dot(weights: "torch.Tensor", per_key: "torch.Tensor") -> "torch.Tensor":
     """sum_k weights[b, h, q, k] * per_key[b, h, k], through BLAS (a batched matrix-vector product)."""
-    return np.matmul(weights, per_key[..., None])[..., 0]
+    return (weights @ per_key[..., None])[..., 0]
 
 
-def o_row_bound(p: np.ndarray, l: np.ndarray, v: np.ndarray, o: np.ndarray, score_err: np.ndarray, p_fmt: str, out_fmt: str) -> np.ndarray:
+def o_row_bound(p: Any, l: Any, v: Any, o: Any, score_err: Any, p_fmt: str, out_fmt: str) -> Any:
     """The error each row of O may carry (B, Hq, Sq), by the model above.
 
     p: softmax weights (B, Hq, Sq, Sk); l: unnormalised row sums (B, Hq, Sq), >= 1 where a key is
     visible; v: values repeated to the query heads (B, Hq, Sk, Dv); o: the reference output;
-    score_err: the bound on each row's score error (B, Hq, Sq)."""
+    score_err: the bound on each row's score error (B, Hq, Sq). float64 numpy arrays give a numpy
+    array; torch tensors a tensor on p's device (a GPU check bounds its rows on the GPU)."""
+    import torch
+
     from .dtypes import FORMATS
 
+    as_numpy = not isinstance(p, torch.Tensor)
+    device = None if as_numpy else p.device
+    p, l, v, o, score_err = (torch.as_tensor(np.asarray(x) if as_numpy else x, device=device).to(torch.float64)
+                             for x in (p, l, v, o, score_err))
     u_p, u_o = FORMATS[p_fmt].eps, FORMATS[out_fmt].eps
-    v_norm = np.linalg.norm(v, axis=-1)  # (B, H, Sk)
-    o_norm = np.linalg.norm(o, axis=-1)
-    l_safe = np.where(l > 0, l, 1.0)[..., None]
-    per_weight = np.maximum(u_p * p, np.where(p > 0, _subnormal_half_spacing(p_fmt) / l_safe, 0.0))
+    v_norm = torch.linalg.vector_norm(v, dim=-1)  # (B, H, Sk)
+    o_norm = torch.linalg.vector_norm(o, dim=-1)
+    l_safe = torch.where(l > 0, l, 1.0)[..., None]
+    seen = p > 0
+    per_weight = torch.maximum(u_p * p, torch.where(seen, _subnormal_half_spacing(p_fmt) / l_safe, 0.0))
     rounding = _rows_dot(per_weight**2, v_norm**2) / 3.0 + (u_o * o_norm) ** 2 / 3.0
     weighted_v = _rows_dot(p, v_norm)  # sum_j p_j |v_j|
-    visible = (p > 0).sum(axis=-1)
+    visible = seen.sum(dim=-1)
     rounding += visible * (FP32_UNIT * weighted_v) ** 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        neg_log_p = np.where(p > 0, -np.log(np.where(p > 0, p, 1.0)), 0.0)
+    neg_log_p = torch.where(seen, -torch.log(torch.where(seen, p, 1.0)), 0.0)
     exp_err = EXP_RELATIVE * weighted_v + EXP_ARGUMENT * _rows_dot(p * neg_log_p, v_norm)
     scores = 2.0 * score_err * (weighted_v + o_norm)
-    return O_ROW_SIGMAS * np.sqrt(rounding) + exp_err + scores
+    bound = O_ROW_SIGMAS * torch.sqrt(rounding) + exp_err + scores
+    return bound.cpu().numpy() if as_numpy else bound
 
 
 def worst_row(err: np.ndarray, bound: np.ndarray) -> tuple[tuple[int, ...], float]:

@@ -11,18 +11,19 @@ from typing import Mapping
 
 import numpy as np
 
-from .reference import attention_reference
+from .reference import Array, attention_reference
 from .spec import AttentionSpec
 from .tl.evaluate import expr_fn
 from .tl.parser import parse_expr
 
 
-def spec_reference(spec: AttentionSpec, sizes: Mapping[str, int], q: np.ndarray, k: np.ndarray, v: np.ndarray,
+def spec_reference(spec: AttentionSpec, sizes: Mapping[str, int], q: Array, k: Array, v: Array,
                    slopes: np.ndarray | None, *, scalars: Mapping[str, float] | None = None,
-                   weights: bool = False) -> tuple[np.ndarray, ...]:
+                   weights: bool = False) -> tuple[Array, ...]:
     """(O, LSE[, P, l]) in float64 for ``spec``'s operator on these inputs. ``scalars`` overrides
     the spec's runtime values (scale, softcap, window sides) where a check chose its own;
-    ``slopes`` are the ALiBi slopes used (None when the spec has no ALiBi)."""
+    ``slopes`` are the ALiBi slopes used (None when the spec has no ALiBi). Torch tensors give
+    tensors on their device (``reference.attention_reference``)."""
     values = {**spec.runtime_scalars(), **(scalars or {})}
     kwargs: dict = {
         "scale": values["scale"], "causal": spec.causal, "causal_align": spec.causal_align,

@@ -12,11 +12,17 @@ Conventions (the same in TL, the translators and the docs):
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from .errors import SpecError
+
+if TYPE_CHECKING:  # torch is imported when a reference is computed: spec.py imports this module
+    import torch
+
+Array = Union[np.ndarray, "torch.Tensor"]
 
 ScoreFn = Callable[..., np.ndarray]  # (score, b, h, q_idx, kv_idx) -> score, all broadcast arrays
 MaskFn = Callable[..., np.ndarray]  # (b, h, q_idx, kv_idx) -> bool
@@ -42,9 +48,9 @@ def alibi_slopes_for(heads: int) -> tuple[float, ...]:
 
 
 def attention_reference(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
+    q: Array,
+    k: Array,
+    v: Array,
     *,
     scale: float | None = None,
     causal: bool = False,
@@ -55,59 +61,69 @@ def attention_reference(
     score_mod: ScoreFn | None = None,
     mask_mod: MaskFn | None = None,
     weights: bool = False,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[Array, ...]:
     """Attention in float64: returns (O (B, Hq, Sq, Dv), LSE (B, Hq, Sq)) with the natural log;
     with ``weights`` also the softmax weights P (B, Hq, Sq, Sk), 0 where masked, and each row's sum
-    of unnormalised weights l (B, Hq, Sq; the max-subtracted exponentials), for error models."""
+    of unnormalised weights l (B, Hq, Sq; the max-subtracted exponentials), for error models.
+
+    numpy inputs give numpy results; torch tensors give float64 tensors on their device, so a
+    check of a GPU kernel computes its reference on the GPU (the modifiers, TL expressions
+    evaluated by numpy, run on the host)."""
+    import torch
+
     if causal_align not in ("bottom_right", "top_left"):
         raise ValueError(f"causal_align {causal_align!r} is neither 'bottom_right' nor 'top_left'")
-    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    as_numpy = not isinstance(q, torch.Tensor)
+    q, k, v = (torch.as_tensor(np.asarray(x) if as_numpy else x).to(torch.float64) for x in (q, k, v))
     B, Hq, Sq, D = q.shape
     _, Hkv, Sk, _ = k.shape
     if Hq % Hkv:
         raise ValueError(f"query heads {Hq} are not a multiple of key/value heads {Hkv}")
     group = Hq // Hkv
-    k = np.repeat(k, group, axis=1)
-    v = np.repeat(v, group, axis=1)
-    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    device = q.device
 
-    s = np.matmul(q, k.swapaxes(-1, -2)) * scale  # BLAS: einsum would run single-threaded and unblocked
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
     qi = np.arange(Sq)[:, None]
     kj = np.arange(Sk)[None, :]
     diag = qi + Sk - Sq
     if softcap is not None:
-        s = softcap * np.tanh(s / softcap)
+        s = softcap * torch.tanh(s / softcap)
     if alibi_slopes is not None:
-        slopes = np.asarray(alibi_slopes, dtype=np.float64).reshape(1, Hq, 1, 1)
-        s = s - slopes * np.abs(diag - kj)
+        slopes = torch.as_tensor(np.asarray(alibi_slopes, dtype=np.float64), device=device).reshape(1, Hq, 1, 1)
+        s = s - slopes * torch.as_tensor(np.abs(diag - kj), dtype=torch.float64, device=device)
     bi = np.arange(B).reshape(B, 1, 1, 1)
     hi = np.arange(Hq).reshape(1, Hq, 1, 1)
-    if score_mod is not None:
-        s = np.broadcast_to(score_mod(s, bi, hi, qi, kj), s.shape).astype(np.float64)
+    if score_mod is not None:  # a TL expression: numpy on the host
+        modded = np.broadcast_to(score_mod(s.cpu().numpy(), bi, hi, qi, kj), tuple(s.shape)).astype(np.float64)
+        s = torch.from_numpy(np.ascontiguousarray(modded)).to(device)
 
-    keep = np.ones((B, Hq, Sq, Sk), dtype=bool)
+    keep = np.ones((1, 1, Sq, Sk), dtype=bool)
     if causal:
-        keep &= (kj <= diag) if causal_align == "bottom_right" else (kj <= qi)
+        keep = keep & ((kj <= diag) if causal_align == "bottom_right" else (kj <= qi))
     left, right = window
     if left is not None:
-        keep &= kj >= diag - left
+        keep = keep & (kj >= diag - left)
     if right is not None:
-        keep &= kj <= diag + right
+        keep = keep & (kj <= diag + right)
     if mask_mod is not None:
-        keep &= np.broadcast_to(np.asarray(mask_mod(bi, hi, qi, kj), dtype=bool), keep.shape)
-    s = np.where(keep, s, -np.inf)
+        keep = keep & np.broadcast_to(np.asarray(mask_mod(bi, hi, qi, kj), dtype=bool), (B, Hq, Sq, Sk))
+    s = torch.where(torch.from_numpy(np.ascontiguousarray(keep)).to(device), s, -math.inf)
 
-    row_max = s.max(axis=-1, keepdims=True)
-    empty = ~np.isfinite(row_max)  # only -inf: every key masked
-    safe_max = np.where(empty, 0.0, row_max)
-    p = np.exp(s - safe_max)
-    row_sum = p.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        o = np.where(empty, 0.0, np.matmul(p, v) / np.where(empty, 1.0, row_sum))
-        lse = np.where(empty, -np.inf, safe_max + np.log(np.where(empty, 1.0, row_sum)))[..., 0]
-        if weights:
-            return o, lse, np.where(empty, 0.0, p / np.where(empty, 1.0, row_sum)), np.where(empty, 0.0, row_sum)[..., 0]
-    return o, lse
+    row_max = s.amax(dim=-1, keepdim=True)
+    empty = ~torch.isfinite(row_max)  # only -inf: every key masked
+    safe_max = torch.where(empty, 0.0, row_max)
+    p = torch.exp(s - safe_max)
+    row_sum = p.sum(dim=-1, keepdim=True)
+    safe_sum = torch.where(empty, 1.0, row_sum)
+    o = torch.where(empty, 0.0, torch.matmul(p, v) / safe_sum)
+    lse = torch.where(empty, -math.inf, safe_max + torch.log(safe_sum))[..., 0]
+    out = (o, lse)
+    if weights:
+        out += (torch.where(empty, 0.0, p / safe_sum), torch.where(empty, 0.0, row_sum)[..., 0])
+    return tuple(t.cpu().numpy() for t in out) if as_numpy else out
 
 
 def lse_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -130,23 +146,25 @@ def lse_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(err)) if np.isfinite(err).all() else float("inf")
 
 
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+def relative_error(out: Array, ref: Array) -> float:
     """||out - ref|| / ||ref|| over finite reference entries; NaN anywhere in ``out`` gives inf.
 
     Entries where the reference is -inf (a fully masked row's log-sum-exp) must match exactly.
+    numpy arrays or torch tensors (computed where they are).
     """
-    out = np.asarray(out, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
+    import torch
+
+    out, ref = (torch.as_tensor(x).to(torch.float64) for x in (out, ref))
     if out.shape != ref.shape:
-        raise ValueError(f"shape {out.shape} differs from the reference's {ref.shape}")
-    if np.isnan(out).any():
+        raise ValueError(f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    if torch.isnan(out).any():
         return float("inf")
-    finite = np.isfinite(ref)
-    if not np.array_equal(out[~finite], ref[~finite]):
+    finite = torch.isfinite(ref)
+    if not torch.equal(out[~finite], ref[~finite]):
         return float("inf")
     diff = out[finite] - ref[finite]
-    if not np.isfinite(diff).all():
+    if not torch.isfinite(diff).all():
         return float("inf")
-    denom = np.linalg.norm(ref[finite])
-    num = np.linalg.norm(diff)
-    return float(num / denom) if denom > 0 else float(num)
+    denom = float(torch.linalg.vector_norm(ref[finite]))
+    num = float(torch.linalg.vector_norm(diff))
+    return num / denom if denom > 0 else num

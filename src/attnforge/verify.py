@@ -127,7 +127,7 @@ def _mma_format(spec: AttentionSpec) -> str:
 
 
 def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, hot: bool = False) -> torch.Tensor:
-    x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64)
+    x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64, device=gen.device)
     if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
         scale_hot_rows(x)
     x = x.to(dtype)
@@ -200,7 +200,7 @@ def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, bl
     """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised)."""
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(seed)  # inputs drawn where the kernel runs: a GPU draws the large cases at once
     q = _tensor(gen, shape, shape.Hq, shape.Sq, spec.head_dim, dtype, device, hot=True)
     k = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim, dtype, device)
     v = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim_v, dtype, device)
@@ -238,19 +238,14 @@ def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
         problems.append("wrote outside o or lse (past Sq rows or Dv columns)")
     if not all(torch.equal(a, b) for a, b in zip(case.inputs, (q, k, v))):
         problems.append("changed its inputs q, k or v")
-    sizes = {"B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk}
-    qd, kd, vd = (t.double().cpu().numpy() for t in (q, k, v))
-    ref_o, ref_lse, weights, row_sum = spec_reference(spec, sizes, qd, kd, vd, case.slopes, weights=True)
-    out_o, out_lse = case.o.double().cpu().numpy(), case.lse.double().cpu().numpy()
-    err_o = relative_error(out_o, ref_o)
+    try:
+        err_o, ref_norm, ref_lse, out_lse, score_err, row_err, bound = _float64_rows(spec, case, fmt, case.q.device)
+    except torch.cuda.OutOfMemoryError:  # the GPU is full (a small GPU, other work): the same numbers on the host
+        err_o, ref_norm, ref_lse, out_lse, score_err, row_err, bound = _float64_rows(spec, case, fmt, torch.device("cpu"))
     err_lse = lse_error(out_lse, ref_lse)
-    score_err = score_error_bound(q, k, spec.scale, fmt)
-    # O row by row (NaN: an unwritten element; err = inf)
-    row_err = np.where(np.isnan(out_o).any(axis=-1), np.inf, np.linalg.norm(np.nan_to_num(out_o - ref_o), axis=-1))
-    bound = o_row_bound(weights, row_sum, np.repeat(vd, shape.Hq // shape.Hkv, axis=1), ref_o, score_err, fmt, spec.dtype)
     index, o_ratio = worst_row(row_err, bound)
     if not o_ratio <= 1.0:
-        problems.append(f"O at {_row_name(index)}: |O - ref| {row_err[index]:.3g} > bound {bound[index]:.3g} (|ref| {np.linalg.norm(ref_o[index]):.3g})")
+        problems.append(f"O at {_row_name(index)}: |O - ref| {row_err[index]:.3g} > bound {bound[index]:.3g} (|ref| {ref_norm[index]:.3g})")
     lse_ok, tol_lse, lse_index = _lse_within_bound(out_lse, ref_lse, score_err, tol_lse)
     if not lse_ok or not err_lse < math.inf:
         where = lse_index if lse_index is not None else _first_bad_lse(out_lse, ref_lse)
@@ -259,6 +254,24 @@ def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
         problems.append(f"||O - ref|| / ||ref|| = {err_o:.3g} > {tol_o:g}")
     return CaseResult(str(shape), err_o, err_lse, tol_o, tol_lse, case.seconds, not problems, o_ratio=o_ratio,
                       worst=problems[0] if problems else f"O closest to its bound at {_row_name(index)} ({o_ratio:.2f} of it)")
+
+
+def _float64_rows(spec: AttentionSpec, case: _Launched, fmt: str, device: torch.device) -> tuple:
+    """The case's float64 reference and per-row numbers, computed on ``device`` (the kernel's
+    GPU: the reference's B x Hq x Sq x Sk weights and the row bounds are the heavy part):
+    (||O - ref|| / ||ref||, then host arrays of |ref O| per row, ref LSE, out LSE, score error
+    bound per row, |O - ref| per row, bound per row)."""
+    shape = case.shape
+    sizes = {"B": shape.B, "Hq": shape.Hq, "Hkv": shape.Hkv, "Sq": shape.Sq, "Sk": shape.Sk}
+    q, k, v = (t.to(device=device, dtype=torch.float64) for t in (case.q, case.k, case.v))
+    ref_o, ref_lse, weights, row_sum = spec_reference(spec, sizes, q, k, v, case.slopes, weights=True)
+    out_o = case.o.to(device=device, dtype=torch.float64)
+    # O row by row (NaN: an unwritten element; err = inf)
+    row_err = torch.where(torch.isnan(out_o).any(dim=-1), math.inf, torch.linalg.vector_norm(torch.nan_to_num(out_o - ref_o), dim=-1))
+    score_err = score_error_bound(case.q.to(device), case.k.to(device), spec.scale, fmt)
+    bound = o_row_bound(weights, row_sum, v.repeat_interleave(shape.Hq // shape.Hkv, dim=1), ref_o, score_err, fmt, spec.dtype)
+    rows = (torch.linalg.vector_norm(ref_o, dim=-1), ref_lse, case.lse.double(), score_err, row_err, bound)
+    return (relative_error(out_o, ref_o), *(t.cpu().numpy() for t in rows))
 
 
 def _judge_after_crash(spec: AttentionSpec, case: _Launched, crashed: _Launched) -> CaseResult:
@@ -279,14 +292,15 @@ def _first_bad_lse(out: np.ndarray, ref: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else (0, 0, 0)
 
 
-def score_error_bound(q: torch.Tensor, k: torch.Tensor, scale: float, fmt: str) -> np.ndarray:
-    """Per query row (B, Hq, Sq): the largest error any of its fp32-accumulated scores may carry."""
+def score_error_bound(q: torch.Tensor, k: torch.Tensor, scale: float, fmt: str) -> torch.Tensor:
+    """Per query row (B, Hq, Sq), float64 on q's device: the largest error any of its
+    fp32-accumulated scores may carry."""
     group = q.shape[1] // k.shape[1]
     qa = q.abs().float()
     ka = k.abs().float().repeat_interleave(group, dim=1)
     worst = (qa @ ka.transpose(-1, -2)).amax(dim=-1)  # max over keys of sum_d |q_d| |k_d|
     unit = OPERAND_ROUNDING[fmt] + q.shape[-1] * ACCUMULATE_UNIT
-    return (unit * abs(scale) * worst).double().cpu().numpy()
+    return unit * abs(scale) * worst.double()
 
 
 def _lse_within_bound(out: np.ndarray, ref: np.ndarray, score_bound: np.ndarray, base: float) -> tuple[bool, float, tuple[int, ...] | None]:

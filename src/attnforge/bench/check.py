@@ -78,7 +78,7 @@ class RowReference:
             vs = v[s.b, list(s.kv_heads), :s.keys].unsqueeze(0).cpu()
             vd = _numpy(vs)
             ref_o, _lse, p, l = attention_reference(_numpy(qs), _numpy(ks), vd, scale=scale, causal=row.causal, weights=True)
-            score_err = score_error_bound(qs, ks, scale, row.dtype)
+            score_err = score_error_bound(qs, ks, scale, row.dtype).numpy()
             self.refs.append(ref_o)
             self.bounds.append(o_row_bound(p, l, vd, ref_o, score_err, row.dtype, row.dtype))
 

@@ -7,6 +7,7 @@ attnforge's fixes for its bf16 arithmetic, and runs on CPU tensors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -15,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -105,18 +107,24 @@ class GeneratedKernel:
             self.module.launch(q, k, v, o, lse, **kwargs)
 
     def launch_keyed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, *,
-                     slots: list, checked: bool, **scalars) -> None:
-        """``launch`` for one key of ``attention()``'s dispatch cache (shapes, strides, dtypes,
-        devices, alignment, scalars), with that key's ``slots`` (``runtime.launch_kernel``).
-        ``checked``: an earlier launch of this key passed every check, so they are skipped.
-        Modules without these options (written by a model, or by an older attnforge) are
-        launched with every check."""
+                     slots: list, **scalars) -> None:
+        """``launch`` for the first call of one key of ``attention()``'s dispatch cache (shapes,
+        strides, dtypes, devices, alignment, scalars), recording its compiled kernels in that
+        key's ``slots`` (``launching.launch_kernel``)."""
         if self.interpret or not LAUNCH_OPTIONS <= self.accepts:
             self.launch(q, k, v, o, lse, **scalars)
-        elif not checked:
-            self.launch(q, k, v, o, lse, **scalars, slots=slots)
         else:
-            self.module.launch(q, k, v, o, lse, **scalars, checked=True, slots=slots)
+            self.launch(q, k, v, o, lse, **scalars, slots=slots)
+
+    def checked_launch(self, slots: list, **scalars) -> Optional[Callable[..., None]]:
+        """For the later calls of a key whose first launch passed every check: the module's
+        launch with the checks skipped, bound to the key's ``slots`` and scalars, called as
+        ``fn(q, k, v, o, lse[, alibi_slopes=...])``. None for modules without these options
+        (written by a model, or by an older attnforge) and in the interpreter: they keep
+        ``launch`` and its checks."""
+        if self.interpret or not LAUNCH_OPTIONS <= self.accepts:
+            return None
+        return functools.partial(self.module.launch, checked=True, slots=slots, **scalars)
 
     def _check_tensors(self, tensors: dict[str, object]) -> None:
         """Each argument a torch tensor with the ABI's number of dims, on this kernel's device:

@@ -28,7 +28,8 @@ from .emit import INDENT, KernelEmitter, stride_names
 from .launcher import KernelInfo, launcher
 from .rules import refusal
 
-RUNTIME_IMPORTS = "check_arguments", "launch_kernel", "program_slots", "tma_descriptor", "window_bound"
+RUNTIME_IMPORTS = "check_arguments", "window_bound"
+LAUNCH_IMPORTS = "launch_kernel", "program_slots", "tma_descriptor"
 
 
 @dataclass
@@ -113,6 +114,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
         "import triton",
         "import triton.language as tl",
         "",
+        f"from attnforge.backends.triton.launching import {', '.join(LAUNCH_IMPORTS)}",
         f"from attnforge.backends.triton.runtime import {', '.join(RUNTIME_IMPORTS)}",
         "",
         f"HEAD_DIM = {head_dim}",

@@ -1,8 +1,10 @@
-"""What generated Triton modules call at launch time: argument checks, TMA descriptors, SM count.
+"""The argument checks generated Triton launchers run (plain Python, no Triton import: the CUDA
+backend's launchers run them too).
 
 Generated launchers import these (``from attnforge.backends.triton.runtime import ...``), so
 the checks are ordinary, tested Python rather than source strings pasted into every module.
-Every refusal is a ``LaunchError`` naming the argument and what it must be.
+Every refusal is a ``LaunchError`` naming the argument and what it must be. What needs torch
+and Triton at launch (descriptors, the launch itself) is in ``launching``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from typing import Any
 
 from ...abi import ARG_SHAPES
 from ...errors import LaunchError
-from ...targets import tma_can_read
 
 
 def check_arguments(tensors: dict[str, Any], head_dim: int, head_dim_v: int, dtypes: dict[str, Any]) -> None:
@@ -51,61 +52,3 @@ def window_bound(name: str, value: int, Sq: int, Sk: int) -> int:
     if value < 0:
         raise LaunchError(f"{name} must be >= 0, got {value}", where=name)
     return min(int(value), Sq + Sk)
-
-
-def tma_descriptor(t: Any, name: str, block: list[int], *, checked: bool = False) -> Any:
-    """A TMA descriptor over the whole tensor ``t`` with ``block``-shaped boxes. ``checked``: an
-    earlier call with the same shapes, strides and alignment built one (attention()'s dispatch
-    cache), so the checks are skipped, Triton's own included."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    if checked:
-        desc = object.__new__(TensorDescriptor)  # the dataclass without its __post_init__ assertions
-        desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, list(t.shape), list(t.stride()), block, "zero"
-        return desc
-    if not tma_can_read(t.stride(), t.element_size(), t.data_ptr()):
-        raise LaunchError(f"{name} is read through TMA, which needs a unit inner stride, 16-byte aligned strides and data; "
-                          f"got strides {tuple(t.stride())} of {t.element_size()}-byte elements",
-                          where=name, hint="regenerate with tma = 0 (generate --pointer-loads) for such tensors")
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block)
-
-
-def program_slots(device: Any) -> int:
-    """Programs a persistent launch starts: one per SM (a few in the CPU interpreter)."""
-    import torch
-
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-
-def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int,
-                  slots: list | None = None, index: int = 0) -> None:
-    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``, or, with ``slots``, the
-    compiled kernel in ``slots[index]`` launched directly.
-
-    Triton's JIT binds and specialises every argument on every call (tens of microseconds for a
-    kernel with forty arguments). ``attention()``'s dispatch cache knows that its calls with one
-    key (shapes, strides, dtypes, 16-byte alignment of the inputs, scalars) specialise alike --
-    everything Triton specialises on is in that key, and the outputs and scratch come fresh from
-    torch's allocator, aligned -- so it keeps one ``slots`` list per key: the first call goes
-    through the JIT and records the kernel it launched, later calls launch that kernel straight
-    away. Launch hooks (profilers), the interpreter, and a current device other than the one the
-    kernel was recorded on always take the JIT's path."""
-    import torch
-    from triton import knobs
-    from triton.runtime.jit import JITFunction
-
-    compiled = slots[index] if slots is not None and index < len(slots) else None
-    hook = knobs.runtime.launch_enter_hook  # a HookChain in triton 3.6: hooked when it holds calls
-    device = torch.cuda.current_device() if isinstance(fn, JITFunction) else None
-    # the recorded kernel is loaded on the device that was current when it was recorded
-    if compiled is None or compiled[2] != device or getattr(hook, "calls", hook) or not isinstance(fn, JITFunction):
-        kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
-        if slots is not None and isinstance(fn, JITFunction) and compiled is None:
-            slots.extend([None] * (index + 1 - len(slots)))
-            # the constexprs are literals of the generated call, the same at every launch of this slot
-            slots[index] = (kernel, tuple(constexprs[name] for name in fn.arg_names[len(args):]), device)
-        return
-    kernel, tail, _ = compiled
-    stream = torch._C._cuda_getCurrentRawStream(device)  # what Triton's JIT launches on
-    kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
-               kernel.packed_metadata, None, None, None, *args, *tail)

@@ -1,0 +1,81 @@
+"""What generated Triton launchers call to launch: TMA descriptors, the SM count, the launch.
+
+Imported by every generated module (``from attnforge.backends.triton.launching import ...``);
+torch and Triton are imported here once, not on every launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from triton import knobs
+from triton.runtime.jit import JITFunction
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ...errors import LaunchError
+from ...targets import tma_can_read
+from .direct import DirectLaunch
+
+
+def tma_descriptor(t: torch.Tensor, name: str, block: list[int], *, checked: bool = False) -> TensorDescriptor:
+    """A TMA descriptor over the whole tensor ``t`` with ``block``-shaped boxes. ``checked``: an
+    earlier call with the same shapes, strides and alignment built one (attention()'s dispatch
+    cache), so the checks are skipped, Triton's own included."""
+    if checked:
+        desc = object.__new__(TensorDescriptor)  # the dataclass without its __post_init__ assertions
+        desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, list(t.shape), list(t.stride()), block, "zero"
+        return desc
+    if not tma_can_read(t.stride(), t.element_size(), t.data_ptr()):
+        raise LaunchError(f"{name} is read through TMA, which needs a unit inner stride, 16-byte aligned strides and data; "
+                          f"got strides {tuple(t.stride())} of {t.element_size()}-byte elements",
+                          where=name, hint="regenerate with tma = 0 (generate --pointer-loads) for such tensors")
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block)
+
+
+def program_slots(device: torch.device) -> int:
+    """Programs a persistent launch starts: one per SM (a few in the CPU interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+class _Slot:
+    """The compiled kernel one launch of a dispatch key recorded, on the device it was loaded on."""
+
+    __slots__ = ("kernel", "tail", "device", "direct")
+
+    def __init__(self, kernel: Any, tail: tuple, device: int, direct: DirectLaunch | None):
+        self.kernel, self.tail, self.device, self.direct = kernel, tail, device, direct
+
+
+def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int,
+                  slots: list | None = None, index: int = 0) -> None:
+    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``, or, with ``slots``, the
+    compiled kernel in ``slots[index]`` launched directly.
+
+    Triton's JIT binds and specialises every argument on every call (tens of microseconds for a
+    kernel with forty arguments). ``attention()``'s dispatch cache knows that its calls with one
+    key (shapes, strides, dtypes, 16-byte alignment of the inputs, scalars) specialise alike --
+    everything Triton specialises on is in that key, and the outputs and scratch come fresh from
+    torch's allocator, aligned -- so it keeps one ``slots`` list per key: the first call goes
+    through the JIT and records the kernel it launched, later calls launch that kernel through
+    its C launcher (``direct.DirectLaunch``). Launch hooks (profilers), the interpreter, and a
+    current device other than the one the kernel was recorded on always take the JIT's path."""
+    slot: _Slot | None = slots[index] if slots is not None and index < len(slots) else None
+    jit = type(fn) is JITFunction or isinstance(fn, JITFunction)
+    device = torch.cuda.current_device() if jit else None
+    # the recorded kernel is loaded on the device that was current when it was recorded
+    if slot is None or slot.device != device or knobs.runtime.launch_enter_hook.calls or not jit:
+        kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        if slots is not None and jit and slot is None:
+            slots.extend([None] * (index + 1 - len(slots)))
+            # the constexprs are literals of the generated call, the same at every launch of this slot
+            tail = tuple(constexprs[name] for name in fn.arg_names[len(args):])
+            slots[index] = _Slot(kernel, tail, device, DirectLaunch.record(kernel, args, tail))
+        return
+    if slot.direct is not None:
+        slot.direct(grid, args, device)
+        return
+    kernel = slot.kernel
+    stream = torch._C._cuda_getCurrentRawStream(device)  # what Triton's JIT launches on
+    kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
+               kernel.packed_metadata, None, None, None, *args, *slot.tail)
