@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -113,24 +114,33 @@ def kill_at(mode: str, point: str, path: Path) -> None:
         stdout, stderr = proc.communicate(timeout=60)
         assert marker.exists() and proc.returncode == -signal.SIGKILL, f"rc {proc.returncode}\n{stdout}\n{stderr}"
         return
-    pid = os.fork()
-    if pid == 0:  # the child: run until it kills itself; anything else is a failure (exit 70)
-        try:
-            sys.argv = ["child", mode, point, str(path)]
-            exec(compile(CHILD, "child", "exec"), {"STEPS": STEPS, "__name__": "child"})
-        finally:
-            os._exit(70)
-    deadline = time.monotonic() + 240
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the child did not reach {point} in 240 s")
-        time.sleep(0.05)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"the child was not killed at {point}: status {status}"
+    # A fork of a clean process (multiprocessing's fork server, attnforge and torch imported there
+    # and nothing run): a plain fork of this test process would inherit torch's CPU thread pools
+    # after earlier tests used them, and torch hangs in such a child.
+    ctx = _fork_server()
+    child = ctx.Process(target=_run_child, args=(mode, point, str(path)))
+    child.start()
+    child.join(240)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail(f"the child did not reach {point} in 240 s")
+    assert child.exitcode == -signal.SIGKILL, f"the child was not killed at {point}: exit code {child.exitcode}"
+
+
+def _run_child(mode: str, point: str, path: str) -> None:
+    """In the child: run until it kills itself; anything else is a failure (exit 70)."""
+    try:
+        sys.argv = ["child", mode, point, path]
+        exec(compile(CHILD, "child", "exec"), {"STEPS": STEPS, "__name__": "child"})
+    finally:
+        os._exit(70)
+
+
+def _fork_server():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "attnforge.cli", "attnforge.generate", "attnforge.cache"])
+    return ctx
 
 
 @pytest.fixture(scope="module")
