@@ -1,4 +1,5 @@
-"""What generated Triton modules call at launch time: argument checks, TMA descriptors, SM count.
+"""What generated Triton modules call at launch time: argument checks, TMA descriptors, the SM
+count, and the split-KV rule (``split_count``, re-exported from its one home, ``attnforge.splits``).
 
 Generated launchers import these (``from attnforge.backends.triton.runtime import ...``), so
 the checks are ordinary, tested Python rather than source strings pasted into every module.
@@ -7,10 +8,12 @@ Every refusal is a ``LaunchError`` naming the argument and what it must be.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ...abi import ARG_SHAPES
 from ...errors import LaunchError
+from ...splits import INTERPRETER_SM_COUNT, split_count
 from ...targets import tma_can_read
 
 
@@ -71,10 +74,17 @@ def tma_descriptor(t: Any, name: str, block: list[int], *, checked: bool = False
 
 
 def program_slots(device: Any) -> int:
-    """Programs a persistent launch starts: one per SM (a few in the CPU interpreter)."""
+    """The device's SM count: the programs a persistent launch starts (one per SM), and what the
+    split-KV rule fills. In the CPU interpreter, ``splits.INTERPRETER_SM_COUNT`` (a few)."""
+    return _sm_count(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(kind: str, index: int | None) -> int:
+    # cached: a decode launch asks on every call, and the device's properties never change
     import torch
 
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return torch.cuda.get_device_properties(index).multi_processor_count if kind == "cuda" else INTERPRETER_SM_COUNT
 
 
 def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int,
@@ -109,3 +119,6 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     stream = torch._C._cuda_getCurrentRawStream(device)  # what Triton's JIT launches on
     kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, kernel.function,
                kernel.packed_metadata, None, None, None, *args, *tail)
+
+
+__all__ = ["check_arguments", "launch_kernel", "program_slots", "split_count", "tma_descriptor", "window_bound"]
