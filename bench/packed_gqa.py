@@ -206,7 +206,7 @@ def main() -> None:
                 row[f"packed_vs_{p}"] = row[f"{p}_ms"] / row["packed_ms"]  # > 1: packed is faster
         rows.append(row)
         print(f"{row['case']:42s} packed {row['packed_GBps']:6.0f} GB/s ({row['packed_params'].get('BM')}x{row['packed_params'].get('BN')} "
-              f"NSPLIT {row['packed_params'].get('NSPLIT')})  unpacked {row['unpacked_GBps']:6.0f}  cuDNN {row.get('cudnn_GBps', float('nan')):6.0f}  "
+              f"NSPLIT {row['packed_params'].get('NSPLIT', 'at launch')})  unpacked {row['unpacked_GBps']:6.0f}  cuDNN {row.get('cudnn_GBps', float('nan')):6.0f}  "
               f"FA2 {row.get('flash2_GBps', float('nan')):6.0f}  packed/unpacked {row['packed_vs_unpacked']:.2f}x  packed/cuDNN "
               f"{row.get('packed_vs_cudnn', float('nan')):.2f}x  verified {row['packed_verified']}/{row['unpacked_verified']}  "
               f"err {row['packed_err_vs_fp32']:.1e}  [{time.perf_counter() - start:.0f}s]", flush=True)

@@ -17,6 +17,7 @@ from attnforge.generate import generate
 from attnforge.plan.builtin import plan, plans
 from attnforge.selftest.mutants import CUDA_MUTANTS, SPECS
 from attnforge.tl import catalog
+from attnforge.tl import nodes as n
 from attnforge.tl.parser import parse
 
 cuda = get_backend("cuda")
@@ -126,6 +127,11 @@ def test_unexpressible_programs_are_refused_at_translate_time():
     decode = plan(AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512), get_target("a100"))
     with pytest.raises(TranslateError, match="split-KV"):
         cuda.translate(decode.program, head_dim=64, head_dim_v=64)
+    # one kernel with a split count chosen at launch: refused at its launch line, with the way out
+    alone = n.Program((decode.program.kernels[0],))
+    with pytest.raises(TranslateError, match="launch-time value NSPLIT") as info:
+        cuda.translate(alone, head_dim=64, head_dim_v=64)
+    assert info.value.where.line == decode.program.kernels[0].launch[0].line and "--backend triton" in info.value.hint
     tma = plan(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("h100"))
     assert tma.params.get("tma") == 1
     with pytest.raises(TranslateError, match="strategy tma = 1"):

@@ -97,21 +97,26 @@ def test_alibi_slopes_given_as_a_tensor_are_read_at_each_call(_fresh):
         assert relative_error(out.double().numpy(), ref) < 1e-4
 
 
-def test_decode_kernels_are_built_per_split_count_not_per_batch_and_length():
+def test_one_decode_kernel_serves_every_batch_and_length():
     from attnforge.cache import entry_key, spec_bucket
-    from attnforge.plan.builtin import candidates
+    from attnforge.plan.builtin import candidates, source_for
     from attnforge.spec import AttentionSpec
+    from attnforge.splits import split_count
     from attnforge.targets import get_target
 
     target = get_target("h200")
-    shapes = [(b, sk) for b in range(1, 129, 9) for sk in range(64, 40000, 1531)]
-    keys = set()
-    for b, sk in shapes:
-        spec = AttentionSpec(batch=b, heads=32, kv_heads=8, seqlen_q=1, seqlen_k=sk, head_dim=128, dtype="bf16")
-        # the bucket's kernel splits the KV loop exactly as the planner would for the real shape
-        assert candidates(spec_bucket(spec, target), target)[1][0].params == candidates(spec, target)[1][0].params
-        keys.add(entry_key(spec, target))
-    assert len(keys) <= 7 < len(shapes)  # NSPLIT is a power of two from 1 to 64
+    for sq, kv_heads in ((1, 8), (1, 2), (5, 8)):  # decode, and packed speculative decoding (its Sq decides its tiles)
+        shapes = [(b, sk) for b in range(1, 129, 9) for sk in range(64, 40000, 1531)]
+        keys, sources, splits = set(), set(), set()
+        for b, sk in shapes:
+            spec = AttentionSpec(batch=b, heads=4 * kv_heads, kv_heads=kv_heads, seqlen_q=sq, seqlen_k=sk, head_dim=128, dtype="bf16")
+            kind, cands = candidates(spec, target)
+            assert kind == "decode" and cands[0].params == candidates(spec_bucket(spec), target)[1][0].params
+            sources.add(source_for(spec_bucket(spec), target, kind, cands[0].params))
+            keys.add(entry_key(spec, target))
+            splits.add(split_count(b * kv_heads * -(-4 * sq // cands[0].params["BM"]), -(-sk // cands[0].params["BN"]), target.sm_count))
+        assert len(keys) == 1 and len(sources) == 1  # one build, whatever the batch and the KV length
+        assert len(splits) >= 5  # while the launcher's split count moves with them
 
 
 @pytest.mark.parametrize("name, good, bad", [("window", 1, True), ("causal", True, 1), ("scale", 1, True)])

@@ -303,7 +303,7 @@ def test_llm_translation_refuses_torch_attention_then_verifies(server, capsys, t
     code, printed = generate(capsys, tmp_path / "out", server.url, "--translate", "llm", "--sandbox-timeout", "300")
     assert code == 0, printed
     translate = server.requests()[1][0]["content"]
-    assert translate.startswith("<!-- attnforge prompt stage2_translate, version 1 -->") and program().strip() in translate
+    assert translate.startswith("<!-- attnforge prompt stage2_translate, version 2 -->") and program().strip() in translate
     assert "torch.nn" in server.feedback(3) and "instead of the Triton kernel" in server.feedback(3)
     out = tmp_path / "out"
     assert (out / "kernel.tl").read_text() == program() and (out / "kernel_triton.py").read_text() == good

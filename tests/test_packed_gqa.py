@@ -47,9 +47,9 @@ WINDOW = {"window_left": 5, "window_right": 2}  # narrow windows, so the bounds 
 
 
 def packed_program(variant: str):
-    """The planner's packed split-KV program for ``variant`` (its Sq and G are runtime values)."""
+    """The planner's packed split-KV program for ``variant`` (its Sq, G and split count are runtime values)."""
     spec = AttentionSpec(heads=8, kv_heads=2, seqlen_q=3, seqlen_k=64, head_dim=16, dtype="bf16", **VARIANTS[variant])
-    return parse(packed_decode_source(spec, H100, dict(BM=16, BN=16, NSPLIT=2, warps=4, stages=2)), file=f"{variant}.tl")
+    return parse(packed_decode_source(spec, H100, dict(BM=16, BN=16, warps=4, stages=2)), file=f"{variant}.tl")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,9 @@ def _case(i: int, g: int, sq: int) -> tuple[str, Shape, dict]:
     hkv = 2 if g <= 4 else 1  # two K/V heads where the group allows it, so a wrong group shows
     sk = max(1, sq // 2) if i % 5 == 3 else 9 + 3 * sq + i % 7
     bm = (16, 32, 64)[i % 3]
-    return variant, Shape(1, g * hkv, hkv, sq, sk, 16, 8 if i % 4 == 1 else 16), {"BM": bm, "NSPLIT": 1 + i % 3}
+    # the split count: the interpreter's launch rule every fourth case, else fixed at 1, 2 or 3
+    splits = {} if i % 4 == 0 else {"NSPLIT": 1 + i % 3}
+    return variant, Shape(1, g * hkv, hkv, sq, sk, 16, 8 if i % 4 == 1 else 16), {"BM": bm, **splits}
 
 
 @pytest.mark.parametrize("g", (1, 2, 4, 8, 16))
@@ -119,10 +121,13 @@ def test_planner_packs_decode_and_small_sq_when_grouped():
 
 
 def test_planner_splits_packed_programs_over_the_sms():
-    """B * Hkv * NSPLIT programs (not B * Hq): fewer programs per split, so more splits."""
+    """B * Hkv * NSPLIT programs (not B * Hq): fewer programs per split, so more splits; the count
+    is chosen at launch, and the plan's reason says what the rule gives for the spec's sizes."""
     spec = AttentionSpec(batch=8, heads=32, kv_heads=8, seqlen_q=1, seqlen_k=32768, head_dim=128, dtype="bf16")
     pl = plan(spec, H100)
-    assert pl.params["NSPLIT"] == 8 and pl.params["BM"] == 16
+    assert "NSPLIT" not in pl.params and pl.params["BM"] == 16
+    assert pl.source.count("launch NSPLIT = splits(B * Hkv * cdiv(Hq // Hkv * Sq, BM), cdiv(Sk, BN))") == 2
+    assert "NSPLIT=8 at B=8, Sk=32768 on h100's 132 SMs" in pl.reasons[0]
 
 
 # ------------------------------------------------------------------------------ Triton, in its interpreter
@@ -140,14 +145,14 @@ def planned_kernel(spec: AttentionSpec, tmp_path: Path, **params: int) -> tuple[
 
 TRITON_CASES = {
     # decode (Sq = 1): ALiBi slopes per packed row, causal, a modifier reading the head
-    "decode_alibi_causal_mod": (
+    "decode_alibi_causal_mod": (  # the split count chosen at launch: 2, 4 (one split empty) and 2 in the interpreter
         dict(batch=2, heads=8, kv_heads=2, seqlen_q=1, seqlen_k=90, head_dim=32, dtype="bf16", causal=True, alibi_slopes="auto",
              mask_mod="h != 5"),
-        dict(NSPLIT=2),
+        dict(),
         [CaseShape(2, 8, 2, 1, 90), CaseShape(1, 12, 3, 1, 37, "bshd"), CaseShape(1, 4, 4, 3, 20)],
     ),
     # speculative decoding (Sq = 5, G = 4): positions per packed row under a causal window and softcap
-    "small_sq_window_softcap": (
+    "small_sq_window_softcap": (  # the split count fixed at compile time
         dict(heads=8, kv_heads=2, seqlen_q=5, seqlen_k=70, head_dim=40, dtype="fp16", causal=True, window_left=21, softcap=2.0),
         dict(NSPLIT=2),
         [CaseShape(1, 8, 2, 5, 70), CaseShape(1, 16, 1, 7, 43, "bshd"), CaseShape(1, 6, 2, 9, 4)],

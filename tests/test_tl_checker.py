@@ -181,7 +181,7 @@ def test_tl411_hint_names_the_right_start() -> None:
     assert f.hint == "write '= -inf'"
     f = only(check(edited("decode_split_kv.tl", "Allocate l_i in register (BM) : acc = 0\nAllocate O_acc in register (BM, Dv) : acc = 0\nfor s",
                           "Allocate l_i in register (BM) : acc = 2\nAllocate O_acc in register (BM, Dv) : acc = 0\nfor s"), "h100"), "TL411")
-    assert f.hint == "write '= 0'" and f.line == 56
+    assert f.hint == "write '= 0'" and f.line == 59
 
 
 def test_tl404_depends_on_the_target() -> None:
@@ -514,3 +514,66 @@ def test_a_fail_line_names_the_worst_row_and_the_fp8_tolerance_prints_as_in_the_
     assert [format_tolerance(x) for x in (1e-10, 2e-2, 5e-3, 0.15, 0.3)] == ["1e-10", "2e-02", "5e-03", "1.5e-01", "3e-01"]
     manual = (Path(__file__).parents[1] / "docs" / "TL.md").read_text()
     assert "| fp8e4m3 | 1.5e-1 | 1e-5 |" in manual
+
+
+# ---------------------------------------------------------------- launch-time values (launch NSPLIT = splits(...))
+
+SPLIT_RULE = "launch NSPLIT = splits(B * Hq * cdiv(Sq, BM), cdiv(Sk, BN))"
+
+
+def _position(text: str, needle: str) -> tuple[int, int]:
+    i = text.index(needle)
+    return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
+
+
+@pytest.mark.parametrize("old, new, at", [
+    ("Allocate Ks in shared (BN, D) : qkv", "Allocate Ks in shared (NSPLIT * 16, D) : qkv", "NSPLIT * 16"),
+    ("Allocate O_acc in register (BM, Dv) : acc = 0\nCopy Q", "Allocate O_acc in register (BM, Dv * NSPLIT) : acc = 0\nCopy Q", "Dv * NSPLIT"),
+    ("Copy V (BN, Dv) at [j, 0]", "Copy V (NSPLIT, Dv) at [j, 0]", "NSPLIT, Dv) at"),
+    ("NSPLIT)) pipeline stages", "NSPLIT)) pipeline NSPLIT", "NSPLIT\n"),
+])
+def test_a_launch_time_value_where_the_compiler_needs_a_constant_is_tl314(old: str, new: str, at: str) -> None:
+    text = library_text("decode_split_kv.tl").replace(old, new, 1)
+    [f] = [f for f in check(parse(text), "h100").findings if f.code == "TL314"]
+    line, col = _position(text, new)
+    offset = new.rindex(at.rstrip("\n")) if at.endswith("\n") else new.index(at)  # "X\n": X at the end of the line
+    assert (f.line, f.col) == (line, col + offset) and f.severity == "error"
+    assert "NSPLIT" in f.message and "known only at launch" in f.message and "grid axes, scratch tensors" in f.hint
+
+
+def test_a_launch_time_value_may_size_grids_scratch_and_views_and_bound_loops() -> None:
+    program = parse(library_text("decode_split_kv.tl"))
+    assert [k.launch_names() for k in program.kernels] == [("NSPLIT",), ("NSPLIT",)]
+    assert check(program, "h100").findings == [] and program.declares("NSPLIT")
+
+
+def test_kernels_that_share_a_launch_time_value_compute_it_alike() -> None:
+    text = library_text("decode_split_kv.tl")
+    combine = text.index("kernel decode_split_kv_combine")
+    other = text[:combine] + text[combine:].replace(SPLIT_RULE, "launch NSPLIT = splits(B * Hq, cdiv(Sk, BN))")
+    f = only(check(parse(other), "h100"), "TL110")
+    assert (f.line, f.col) == _position(other, "launch NSPLIT = splits(B * Hq, cdiv(Sk, BN))")
+    assert "decode_split_kv_partial" in f.message and "the same 'launch NSPLIT = splits(...)'" in f.hint
+    # a combine kernel with another BN splits differently; one without BN cannot compute the rule at all
+    assert only(check(parse(text.replace("param BM = 16, BN = 64, warps = 4\n", "param BM = 16, BN = 32, warps = 4\n")), "h100"), "TL110")
+    f = only(check(parse(text.replace("param BM = 16, BN = 64, warps = 4\n", "param BM = 16, warps = 4\n")), "h100"), "TL203")
+    assert "'BN' is not defined" in f.message
+
+
+@pytest.mark.parametrize("old, new, code, words", [
+    ("param BM = 16, BN = 64, warps = 4, stages = 2", "param BM = 16, BN = 64, NSPLIT = 8, warps = 4, stages = 2", "TL102", "declared twice"),
+    ("param BM = 16, BN = 64, warps = 4, stages = 2", "param BM = 16, BN = 64, warps = 4, stages = 2\n" + SPLIT_RULE, "TL102", "declared twice"),
+    # the rule reads sizes, parameters and scalars: not a grid axis, and integers only
+    (SPLIT_RULE + "\nscalar", "launch NSPLIT = splits(B * Hq * cdiv(Sq, BM), cdiv(Sk, BN) + h)\nscalar", "TL203", "'h' is not defined"),
+    (SPLIT_RULE + "\nscalar", "launch NSPLIT = splits(B * Hq / 2, cdiv(Sk, BN))\nscalar", "TL311", "is not an integer"),
+])
+def test_a_launch_line_is_checked_like_a_header(old: str, new: str, code: str, words: str) -> None:
+    f = [f for f in check(edited("decode_split_kv.tl", old, new), "h100").findings if f.code == code][0]
+    assert words in f.message and f.severity == "error"
+
+
+def test_a_program_right_for_some_split_counts_only_is_refused() -> None:
+    # partial results for 4 splits at most: the last program instance of probe 2 (NSPLIT = 7) overruns them
+    text = library_text("decode_split_kv.tl").replace("(B, Hq, NSPLIT, Sq", "(B, Hq, 4, Sq")
+    found = [f for f in check(parse(text), "h100").errors if f.code == "TL301"]
+    assert found and "offset s = 6 is outside dimension 2 of o_part (size 4) in the last program instance" in found[0].message

@@ -193,6 +193,43 @@ def test_decode_splits_partition_the_tiles(nsplit: int) -> None:
     assert report.loop_trips == blocks * math.ceil(s.Sk / 16) + blocks * nsplit
 
 
+@pytest.mark.parametrize("name", ["decode_split_kv.tl", "decode_packed_gqa.tl"])
+@pytest.mark.parametrize("shape", ["4,2,1,1,40,16", "1,4,2,1,70,16", "1,2,1,1,40,16", "1,2,1,1,3,16", "2,8,2,3,150,32", "1,16,1,16,90,16"])
+def test_decode_takes_the_launch_rules_split_count(name: str, shape: str) -> None:
+    """Without --param the split count is the host's rule for each shape, with the interpreter's 4
+    SMs: the programs and loop trips it runs are those of that count, and the numbers are exact."""
+    from attnforge.splits import INTERPRETER_SM_COUNT, split_count
+
+    s = Shape.parse(shape)
+    packed = name == "decode_packed_gqa.tl"
+    programs = s.B * (s.Hkv * math.ceil(s.Hq // s.Hkv * s.Sq / 16) if packed else s.Hq * math.ceil(s.Sq / 16))
+    splits = split_count(programs, math.ceil(s.Sk / 16), INTERPRETER_SM_COUNT)
+    report = run_and_compare(program(name), s, params=SMALL)
+    assert report.passed and report.err_o <= 1e-10, report.line()
+    assert report.programs == programs * splits + programs
+    if not packed:  # no causal bound: every tile is visited once, and the combine loop runs once per split
+        assert report.loop_trips == programs * math.ceil(s.Sk / 16) + programs * splits
+
+
+def test_launch_values_follow_sm_count_and_params() -> None:
+    prog = program("decode_split_kv.tl")
+    s = Shape.parse("1,2,1,1,160,16")
+    sizes = s.sizes()
+
+    def programs_run(**kw) -> int:
+        tensors = {"q": np.ones((1, 2, 1, 16)), "k": np.ones((1, 1, 160, 16)), "v": np.ones((1, 1, 160, 16)), "alibi_slopes": np.ones(2),
+                   "o": np.zeros((1, 2, 1, 16)), "lse": np.zeros((1, 2, 1))}
+        return run_program(prog, sizes, tensors, scalars={"scale": 0.25}, **kw).programs
+
+    # 2 programs a split, 3 tiles of 64 keys: min(3 tiles, 2 * SMs / 2) splits, rounded up to a power of two
+    assert programs_run() == 2 * 4 + 2  # 4 SMs: 4 splits (the last without a tile)
+    assert programs_run(sm_count=1) == 2 * 1 + 2
+    assert programs_run(sm_count=132) == 2 * 4 + 2  # at most one split per tile (3, rounded up)
+    assert programs_run(params={"NSPLIT": 5}) == 2 * 5 + 2  # fixed by params, whatever the rule says
+    with pytest.raises(TLRuntimeError, match="not declared"):
+        programs_run(params={"NSPLITS": 5})
+
+
 def test_results_are_deterministic() -> None:
     s = Shape.parse("1,2,1,17,33,16")
     a, _, _ = run_full(program("alibi_causal_fwd.tl"), s, params=SMALL, seed=5)

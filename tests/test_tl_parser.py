@@ -228,6 +228,7 @@ KERNELS = st.builds(
     grid=_tuple(st.builds(n.GridAxis, NAMES, EXPRS)),
     scratch=_tuple(st.builds(n.Scratch, NAMES, SHAPES, NAMES), max_size=2),
     body=_tuple(STMTS, max_size=6),
+    launch=_tuple(st.builds(n.Launch, NAMES, EXPRS, EXPRS), max_size=2),
 )
 DOC_LINE = st.text(alphabet=string.ascii_letters + string.digits + " #.,:()=-", max_size=30).map(str.rstrip)
 # A parsed doc never ends with an empty line (the blank line before the kernel is not part of it).
@@ -539,3 +540,19 @@ def test_doc_comment_with_unicode_line_breaks_round_trips(newline: str) -> None:
     # test_fuzz_library_mutations.)
     program = parse(f"# a{newline}b\nkernel k\n")
     assert parse(print_program(program)) == program
+
+
+def test_launch_line_parses_prints_and_explains_a_fixed_value() -> None:
+    text = "kernel k\nparam BM = 16, BN = 64\nlaunch NSPLIT = splits(B * Hq * cdiv(Sq, BM), cdiv(Sk, BN))\ngrid s : NSPLIT\n"
+    kernel = parse(text).kernels[0]
+    assert kernel.launch == (n.Launch("NSPLIT", parse_expr("B * Hq * cdiv(Sq, BM)"), parse_expr("cdiv(Sk, BN)")),)
+    assert (kernel.launch[0].line, kernel.launch[0].col) == (3, 1)
+    assert print_program(parse(text)) == text + "\n"
+    # launch and splits are keywords only there: names elsewhere
+    assert parse("kernel k\nAllocate launch in register (splits) : fp32\n").kernels[0].body[0].name == "launch"
+    with pytest.raises(TLSyntaxError) as info:
+        parse("kernel k\nlaunch NSPLIT = 8\n")
+    assert (info.value.where.line, info.value.where.col) == (2, 17)
+    assert "splits(PROGRAMS, TILES)" in info.value.hint and "param NSPLIT = 8" in info.value.hint
+    with pytest.raises(TLSyntaxError):
+        parse("kernel k\nlaunch NSPLIT = splits(B)\n")

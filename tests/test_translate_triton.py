@@ -107,7 +107,7 @@ PREFILL_SHAPES = [  # (B, Hq, Hkv, Sq, Sk)
     (1, 2, 2, 70, 99),
     (2, 4, 4, 29, 31),
 ]
-DECODE_SHAPES = [  # Sq = 1 (and a few queries); Sk over more tiles than NSPLIT=8 covers evenly
+DECODE_SHAPES = [  # Sq = 1 (and a few queries); the launch-time split count takes 1, 2 and 4 splits over them
     (2, 4, 2, 1, 83),
     (1, 8, 2, 3, 99),
     (1, 2, 1, 1, 1),
@@ -248,13 +248,42 @@ def test_planned_program_matches_reference(name, tmp_path):
 
 @pytest.mark.parametrize("nsplit", [None, 4])
 def test_planned_decode_matches_reference(nsplit, tmp_path):
-    """Split-KV decode: the planner's NSPLIT, and NSPLIT = 4 with more splits than some shapes have tiles."""
+    """Split-KV decode: the split count chosen at launch, and NSPLIT fixed at 4 (a compile-time
+    parameter) with more splits than some shapes have tiles."""
     spec = AttentionSpec(batch=2, heads=8, kv_heads=2, seqlen_q=1, seqlen_k=90, head_dim=64, dtype="bf16")
     overrides = {} if nsplit is None else {"NSPLIT": nsplit}
     kernel, params, source = planned_kernel(spec, tmp_path, **overrides)
     assert "def attn_decode_partial(" in source and "def attn_decode_combine(" in source
     assert_verified(kernel, spec, params, [CaseShape(2, 8, 2, 1, 90), CaseShape(1, 4, 1, 1, 37, "bshd"),
                                            CaseShape(1, 2, 2, 1, 1), CaseShape(1, 4, 4, 3, 65, "bshd")])
+
+
+def test_planned_decode_picks_its_split_count_per_launch(tmp_path):
+    """One module, one compiled kernel, for every split count: the launcher computes NSPLIT for
+    each call's sizes (``splits.split_count``, 4 SMs in the interpreter) and passes it to both
+    kernels as a run-time argument the JIT does not specialise on."""
+    spec = AttentionSpec(heads=8, kv_heads=2, seqlen_q=1, seqlen_k=64, head_dim=32, dtype="bf16")
+    kernel, params, source = planned_kernel(spec, tmp_path)
+    assert "NSPLIT = split_count(" in source and "NSPLIT: tl.constexpr" not in source
+    assert source.count('"Sk", "NSPLIT"))') == 2 and "for s in range(0, NSPLIT):" in source
+    # the ahead-of-time compile takes the same specialisation: a plain i32, not a constant
+    for info in translate(harness.specialize(plan(spec, H100).program, params={"BN": 16}), head_dim=32).kernels:
+        sig, const = info.signature()
+        assert info.launch == ("NSPLIT",) and sig["NSPLIT"] == "i32" and "NSPLIT" not in const and "NSPLIT" in info.unspecialised
+    rule, seen = kernel.module.split_count, []
+    kernel.module.split_count = lambda *args: seen.append(rule(*args)) or seen[-1]
+    # B * Hkv programs a split: 8 (1 split of 3 tiles), 4 (2 splits of 2), 2 (4 splits of 3, 3, 3 and 1 tiles of 16 keys)
+    assert_verified(kernel, spec, params, [CaseShape(4, 8, 2, 1, 40), CaseShape(2, 8, 2, 1, 61, "bshd"), CaseShape(1, 8, 2, 1, 150)])
+    assert seen == [1, 2, 4]
+
+
+def test_decode_compiles_ahead_of_time_with_its_split_count_a_run_time_argument(tmp_path):
+    from attnforge.generate import generate
+
+    spec = AttentionSpec(batch=3, heads=8, kv_heads=2, seqlen_q=1, seqlen_k=3000, head_dim=64, dtype="bf16")
+    result = generate(spec, H100, tmp_path / "out", run_verification=False)
+    assert result.ok and [r.kernel for r in result.compile_reports] == ["attn_decode_partial", "attn_decode_combine"]
+    assert "NSPLIT" not in result.plan.params and "launch NSPLIT = splits(" in (tmp_path / "out" / "kernel.tl").read_text()
 
 
 def test_planned_decode_with_alibi_causal_score_mod_matches_reference(tmp_path):

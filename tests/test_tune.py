@@ -64,11 +64,14 @@ def test_tune_command_refuses_bad_budgets(capsys):
     assert "--budget" in capsys.readouterr().err
 
 
-def test_decode_neighbours_keep_the_planner_split_count():
-    first = {"BM": 16, "BN": 64, "NSPLIT": 8, "warps": 4, "stages": 2}
+def test_decode_neighbours_keep_the_planner_rows_and_leave_the_split_count_to_the_launch():
+    from attnforge.plan.builtin import candidates
+
+    decode = AttentionSpec(batch=8, heads=32, kv_heads=8, seqlen_q=1, seqlen_k=8192, head_dim=128, dtype="bf16")
+    first = candidates(decode, get_target("h200"))[1][0].params
     order = neighbours(first, get_target("h200"), "decode")
-    assert order[0] == first
-    assert {p["NSPLIT"] for p in order} == {8} and {p["BM"] for p in order} == {16}  # the split count follows the batch
+    assert order[0] == first and first["BM"] == 16
+    assert {p["BM"] for p in order} == {16} and not any("NSPLIT" in p for p in order)  # the launcher picks it per call
 
 
 def test_a_packed_gqa_spec_is_tuned_as_the_packed_kernel_it_builds(_db, tmp_path):
@@ -84,7 +87,7 @@ def test_a_packed_gqa_spec_is_tuned_as_the_packed_kernel_it_builds(_db, tmp_path
         assert Sq == 4 and packs_gqa(AttentionSpec(batch=B, heads=Hq, kv_heads=Hkv, seqlen_q=Sq, seqlen_k=Sk, head_dim=16))
     target = get_target("a100")
     outcome = tune(spec, target, max_candidates=1, budget_s=120)
-    assert outcome.entry is not None and "NSPLIT" in outcome.entry.params
+    assert outcome.entry is not None and outcome.entry.kind == "decode"
     result = generate(spec, target, tmp_path / "out", run_verification=False)
     assert result.ok and result.plan.params == outcome.entry.params
 
@@ -96,8 +99,11 @@ def test_tuned_parameters_of_another_kind_of_program_are_not_offered():
     target = get_target("a100")
     decode = AttentionSpec(heads=2, kv_heads=1, seqlen_q=4, seqlen_k=64, head_dim=16, dtype="fp16")
     prefill_params = candidates(SPEC, target)[1][0].params
-    first = next(plans(decode, target, prefer=Candidate(dict(prefill_params), "tuned: a stale entry")))
-    assert "NSPLIT" in first.params and first.params == candidates(decode, target)[1][0].params
+    first = next(plans(decode, target, prefer=Candidate(dict(prefill_params), "tuned: a stale entry", "prefill")))
+    assert first.kind == "decode" and first.params == candidates(decode, target)[1][0].params
+    # an entry from before the split count moved to the launch still fixes NSPLIT: not offered either
+    old = Candidate({**candidates(decode, target)[1][0].params, "NSPLIT": 8}, "tuned: a stale decode entry", "decode")
+    assert next(plans(decode, target, prefer=old)).params == candidates(decode, target)[1][0].params
 
 
 def test_tune_without_a_gpu_records_only_into_a_named_database(_db, tmp_path, capsys):
@@ -107,3 +113,11 @@ def test_tune_without_a_gpu_records_only_into_a_named_database(_db, tmp_path, ca
     named = tmp_path / "mine.json"
     assert main(args + ["--db", str(named)]) == 0
     assert len(json.loads(named.read_text())["entries"]) == 1
+
+
+def test_an_entry_says_which_kind_of_program_it_was_measured_on():
+    fields = dict(target="h200", backend="triton", spec="{}", seq="<=1024", ms=1.0, planner_ms=None, device="cpu", shape="", measured="")
+    assert database.kind_of(database.Entry(params={"BM": 16, "BN": 64}, kind="decode", **fields)) == "decode"
+    # entries written before the kind was recorded: decode parameters carried NSPLIT then
+    assert database.kind_of(database.Entry(params={"BM": 16, "BN": 64, "NSPLIT": 8}, **fields)) == "decode"
+    assert database.kind_of(database.Entry(params={"BM": 128, "BN": 64}, **fields)) == "prefill"

@@ -166,3 +166,34 @@ def test_a_native_crash_fails_the_cases_it_left_unreadable_instead_of_raising(mo
     record = v.verify(Crashing(), spec, {"BM": 16}, shapes=shapes)
     assert [c.passed for c in record.cases] == [False, False]
     assert "crashed first" in record.cases[0].error and "illegal memory access" in record.cases[1].error
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(8, 2), (4, 4), (16, 1)])
+def test_decode_shapes_take_every_kind_of_split_a_launch_can(heads, kv_heads):
+    """The split count is chosen at launch, per shape: the decode verification shapes and the
+    judge's interpret shapes must between them take 1, 2 and more splits (a ragged last split
+    included) in the CPU interpreters, and many on a GPU."""
+    from attnforge.judge import interpret_shapes
+    from attnforge.plan.builtin import candidates, packs_gqa
+    from attnforge.splits import INTERPRETER_SM_COUNT, split_count
+    from attnforge.verify import verification_shapes
+
+    spec = AttentionSpec(heads=heads, kv_heads=kv_heads, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=4096)
+    params = candidates(spec, get_target("h100"), tma=False)[1][0].params
+    bm, bn, packed = params["BM"], params["BN"], packs_gqa(spec)
+
+    def splits(shapes, sms: int) -> set[tuple[int, int]]:
+        """(splits, K/V tiles per split) of each shape, as the packed or plain program counts its programs."""
+        out = set()
+        for s in shapes:
+            programs = s.B * s.Hkv * -(-(s.Hq // s.Hkv) * s.Sq // bm) if packed else s.B * s.Hq * -(-s.Sq // bm)
+            tiles = -(-s.Sk // bn)
+            n = split_count(programs, tiles, sms)
+            out.add((n, -(-tiles // n)))
+        return out
+
+    verified = splits(verification_shapes(spec, params, native=False), INTERPRETER_SM_COUNT)
+    assert {1, 2} <= {n for n, _ in verified} and any(n > 2 and per > 1 for n, per in verified)
+    assert any(n == 1 and per > 1 for n, per in verified)  # one split over several tiles: the programs fill the SMs
+    assert {n for n, _ in splits(interpret_shapes(spec, params), INTERPRETER_SM_COUNT)} >= {1, 2, 4}
+    assert max(n for n, _ in splits(verification_shapes(spec, params, native=True), 132)) == 64

@@ -32,7 +32,6 @@ from .errors import AttnforgeError, OutputError
 from .generate import generate, tuned_candidate
 from .report import add_section
 from .plan.builtin import packs_gqa
-from .sizes import next_pow2
 from .spec import AttentionSpec
 from .targets import Target
 
@@ -45,50 +44,32 @@ def cache_dir() -> Path:
     return Path(base) / "attnforge"
 
 
-def spec_bucket(spec: AttentionSpec, target: Target | None = None) -> AttentionSpec:
+def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
     """The representative of every spec that gets the same kernel.
 
-    Runtime values (batch, sequence lengths, the scale, window sizes, softcap, the slopes) do not
-    change the generated code; which features are on does. Decode kernels, and the packed-GQA
-    kernels of small Sq (speculative decoding), choose their number of splits from batch x heads
-    and the KV length, so those are kept, rounded up to powers of two (and a packed kernel's Sq,
-    which sets its rows per tile). With the ``target``, a decode bucket is named by the split count
-    the planner chooses there instead: one kernel per split count, however batch and KV length
-    move within it (a serving loop's batch changes every few steps)."""
+    Runtime values (batch, heads beyond the group size, sequence lengths, the scale, window sizes,
+    softcap, the slopes) do not change the generated code; which features are on does. Decode
+    kernels, and the packed-GQA kernels of small Sq (speculative decoding), keep their Sq, which
+    decides the kernel (its rows per tile are G x Sq); their split count is chosen at every launch
+    (``attnforge.splits``), so batch and KV length move within one bucket and one kernel (a
+    serving loop's batch changes every few steps)."""
     g = spec.group_size
     common = dict(scale=None, window_left=None if spec.window_left is None else 1,
                   window_right=None if spec.window_right is None else (0 if spec.causal else 1),
                   alibi_slopes=None if spec.alibi_slopes is None else "auto", softcap=None if spec.softcap is None else 1.0)
-    if spec.is_decode or packs_gqa(spec):
-        kv = spec.kv_heads or 1
-        batch, seqlen_k = next_pow2(spec.batch), next_pow2(spec.seqlen_k)
-        if target is not None:
-            batch, seqlen_k = _split_representative(spec, target)
-        return AttentionSpec(batch=batch, heads=g * kv, kv_heads=kv, seqlen_q=spec.seqlen_q, seqlen_k=seqlen_k, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v,
-                             dtype=spec.dtype, causal=spec.causal, causal_align=spec.causal_align,
-                             score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
-    return AttentionSpec(batch=1, heads=g, kv_heads=1, seqlen_q=1024, seqlen_k=1024, head_dim=spec.head_dim,
+    seqlen_q = spec.seqlen_q if spec.is_decode or packs_gqa(spec) else 1024
+    # a top-left causal mask with a window must be square (AttentionSpec's rule); any other KV length serves
+    square = spec.causal and spec.causal_align == "top_left" and (spec.window_left is not None or spec.window_right is not None)
+    return AttentionSpec(batch=1, heads=g, kv_heads=1, seqlen_q=seqlen_q, seqlen_k=seqlen_q if square else 1024, head_dim=spec.head_dim,
                          head_dim_v=spec.head_dim_v, dtype=spec.dtype, causal=spec.causal, causal_align=spec.causal_align,
                          score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
-
-
-def _split_representative(spec: AttentionSpec, target: Target) -> tuple[int, int]:
-    """(batch, KV length) for which the planner chooses the same split count NSPLIT as for
-    ``spec`` on ``target``: batch 1 and NSPLIT K/V tiles. One program per split of one batch
-    fills at most as many SMs as the real batch does, so the planner's SM-based count is at
-    least NSPLIT there, and NSPLIT tiles cap it at NSPLIT."""
-    from .plan.builtin import candidates
-
-    _, cands = candidates(spec, target)
-    params = cands[0].params
-    return 1, params["NSPLIT"] * params["BN"]
 
 
 def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", tma: bool = True) -> str:
     import torch
 
     backend = _resolve(backend, spec, target)
-    bucket = spec_bucket(spec, target).to_dict()
+    bucket = spec_bucket(spec).to_dict()
     tuned = tuned_candidate(spec, target, backend.name)  # a new tuning result is a new kernel
     blob = json.dumps({"spec": bucket, "target": target.name, "backend": backend.name, "tma": tma, "attnforge": __version__,
                        **backend.versions(), "torch": torch.__version__, "tuned": tuned and tuned.params}, sort_keys=True, default=str)
@@ -178,7 +159,7 @@ def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, en
     start = time.perf_counter()
     try:
         # the tuning database is asked with the call's own lengths: the bucket's are a stand-in
-        result = generate(spec_bucket(spec, target), target, tmp, backend=backend, backend_reason=reason, run_verification=verify, tma=tma,
+        result = generate(spec_bucket(spec), target, tmp, backend=backend, backend_reason=reason, run_verification=verify, tma=tma,
                           tuned=tuned_candidate(spec, target, backend.name) or False)
         if not result.ok:
             kept = root / f"failed-{entry.name}"

@@ -140,7 +140,7 @@ def generate(
 def tuned_candidate(spec: AttentionSpec, target: Target, backend: str) -> Candidate | None:
     """The tuning database's parameters for this spec, target and backend, as a plan candidate."""
     entry = tuning.lookup(spec, target.name, backend)
-    return None if entry is None else Candidate(dict(entry.params), tuning.describe(entry))
+    return None if entry is None else Candidate(dict(entry.params), tuning.describe(entry), tuning.kind_of(entry))
 
 
 class _Pipeline:

@@ -127,14 +127,20 @@ def claim_findings(program: n.Program, spec: AttentionSpec) -> list[Finding]:
 
 
 def interpret_shapes(spec: AttentionSpec, params: Mapping[str, int]) -> list[harness.Shape]:
-    """Small shapes that exercise every loop of the program: tails in both tiles, Sq != Sk."""
+    """Small shapes that exercise every loop of the program: tails in both tiles, Sq != Sk. Two K/V
+    heads, so a wrong head map (query head h reading the wrong K/V head) shows. Decode steps, and a
+    spec whose queries fit one row block, run over ten K/V tiles with few programs, and decode also
+    with more: a split count chosen at launch (the interpreter's rule, ``splits.split_count`` on
+    ``splits.INTERPRETER_SM_COUNT`` SMs) is then 4 (splits of 3 tiles, the last of 1), 2 and 1,
+    and a fixed split count meets more and fewer tiles than it has splits."""
     g = spec.group_size
     bm, bn = params.get("BM", 64), params.get("BN", 64)
     d, dv = spec.head_dim, spec.head_dim_v
+    many_tiles = harness.Shape(1, 2 * g, 2, spec.seqlen_q, 9 * bn + 3, d, dv)
     if spec.is_decode:
-        return [harness.Shape(1, 2 * g, 2, 1, (2 * params.get("NSPLIT", 1) + 1) * bn + 3, d, dv)]
-    # two K/V heads, so a wrong head map (query head h reading the wrong K/V head) shows
-    return [harness.Shape(1, 2 * g, 2, bm + 13, 2 * bn + 7, d, dv), harness.Shape(1, 2 * g, 2, 2 * bm + 3, bn + 5, d, dv)]
+        return [many_tiles, harness.Shape(2, 2 * g, 2, 1, 3 * bn + 7, d, dv), harness.Shape(4, 2 * g, 2, 1, bn + 5, d, dv)]
+    shapes = [harness.Shape(1, 2 * g, 2, bm + 13, 2 * bn + 7, d, dv), harness.Shape(1, 2 * g, 2, 2 * bm + 3, bn + 5, d, dv)]
+    return shapes + ([many_tiles] if spec.seqlen_q <= bm else [])
 
 
 def interpret_scalars(spec: AttentionSpec) -> dict[str, float]:

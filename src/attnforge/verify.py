@@ -95,14 +95,19 @@ class VerifyRecord:
 
 def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: bool) -> list[CaseShape]:
     """Shapes for ``spec``'s kernel: its own GQA ratio and MHA/MQA, odd lengths that leave tails in
-    every tile (from the kernel's BM/BN), Sq < Sk and Sq > Sk; larger ones when running natively."""
+    every tile (from the kernel's BM/BN), Sq < Sk and Sq > Sk; larger ones when running natively.
+
+    Decode shapes take every kind of split a launch-time split count (``splits.split_count``) gives:
+    with the interpreter's 4 SMs, 1 split of 1 tile (Sk = 1, and Sk < BN), 2 splits of 1 and of 2
+    tiles, 4 splits of 3 tiles with a ragged last one, and 1 split of 3 tiles where 8 programs
+    fill the SMs; natively (130-odd SMs) the same small shapes take up to 16 splits, some empty,
+    and the large ones 32 and 64."""
     g = spec.group_size
     bm, bn = params.get("BM", 64), params.get("BN", 64)
     if spec.is_decode:
-        splits = params.get("NSPLIT", 1)
-        shapes = [CaseShape(2, 2 * g, 2, 1, 1), CaseShape(1, 2 * g, 2, 1, 77, "bshd"),
-                  CaseShape(2, g, 1, 1, (2 * splits + 1) * bn + 5), CaseShape(1, 4, 4, 3, 3 * bn + 1, "bshd"),
-                  CaseShape(1, 4, 1, 1, bn * splits // 2 + 3)]
+        shapes = [CaseShape(2, 2 * g, 2, 1, 1), CaseShape(1, 2 * g, 2, 1, bn + 13, "bshd"),
+                  CaseShape(2, g, 1, 1, 9 * bn + 5), CaseShape(1, 4, 4, 3, 3 * bn + 1, "bshd"),
+                  CaseShape(1, 4, 1, 1, bn // 2 + 3), CaseShape(4, 2 * g, 2, 1, 2 * bn + 3, "bshd")]
         if native:
             shapes += [CaseShape(4, 4 * g, 4, 1, 4099), CaseShape(3, 2 * g, 2, 1, 32769, "bshd")]
         return shapes

@@ -1,9 +1,10 @@
 """What one TL kernel needs from its launcher and its translator, read off the program.
 
 Which tensors it touches (kernel arguments first, in ABI order, then scratch), their ranks and
-formats, its runtime scalars, and its parameters split by meaning: launch options (``warps``,
-``stages``), strategy switches (``tma``, ``persistent``, ``ws``: how a backend writes the
-kernel, 0 or 1) and compile-time constants (tile sizes, ``NSPLIT``, ...).
+formats, its runtime scalars, its launch-time values (``launch NSPLIT = splits(...)``: integers the
+host computes per launch, runtime arguments like the sizes), and its parameters split by meaning:
+launch options (``warps``, ``stages``), strategy switches (``tma``, ``persistent``, ``ws``: how a
+backend writes the kernel, 0 or 1) and compile-time constants (tile sizes, a fixed ``NSPLIT``, ...).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class KernelFacts:
     num_stages: int
     strategies: dict[str, bool]
     constants: dict[str, int]  # parameters that are compile-time constants
+    launch: tuple[n.Launch, ...] = ()  # values the host computes at launch: runtime integer arguments
 
 
 def fail(node: n.Node, kernel: str, message: str, hint: str | None = None, file: str | None = None) -> NoReturn:
@@ -92,4 +94,5 @@ def kernel_facts(kernel: n.Kernel, scratch: dict[str, int], file: str | None = N
         num_warps=int(params.get("warps") or LAUNCH_PARAMS["warps"]), num_stages=int(params.get("stages") or LAUNCH_PARAMS["stages"]),
         strategies={s: bool(params.get(s, 0)) for s in STRATEGY_PARAMS},
         constants={p: v for p, v in params.items() if p not in LAUNCH_PARAMS and p not in STRATEGY_PARAMS},
+        launch=kernel.launch,
     )

@@ -335,7 +335,7 @@ class _Run:
         result = GenerateResult(self.spec, self.target, backend, out, steps=list(self.steps))
         if tl is not None and tl.program is not None and tl_source is not None:
             checked = check(tl.program, self.target, head_dim=self.spec.head_dim, head_dim_v=self.spec.head_dim_v, file=KERNEL_TL)
-            kind = "decode" if "NSPLIT" in tl.params else "prefill"
+            kind = "decode" if tl.program.declares("NSPLIT") else "prefill"  # a split count, fixed or chosen at launch
             result.plan = Plan(tl.program, tl_source, tl.params, kind, (f"TL and its Triton translation written by {self.options.client}",), checked)
             result.interpret_runs = [{"shape": str(r.shape), "err_o": r.err_o, "err_lse": r.err_lse, "tol_o": r.tolerance,
                                       "tol_lse": r.tolerance_lse, "passed": r.passed, "worst": r.worst} for r in tl.runs]

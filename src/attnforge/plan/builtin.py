@@ -8,8 +8,10 @@ facts (tensor-core generation, shared memory per block) and are offered as an or
 candidates: the first one the TL checker (and later the compiler) accepts wins.
 
 Performance choices are explicit parameters or explicit program structure, never hidden:
-BM, BN, warps, stages (software pipelining of the K/V loop), NSPLIT (decode), and the loop bounds
-that skip K/V tiles a query block cannot see (causal, window).
+BM, BN, warps, stages (software pipelining of the K/V loop), the loop bounds that skip K/V tiles
+a query block cannot see (causal, window), and decode's split count NSPLIT, a launch-time value
+(``launch NSPLIT = splits(...)``) that the host computes per call by ``attnforge.splits``, so one
+decode kernel serves every batch and KV length.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..abi import scalar_values
 from ..dtypes import FORMATS, KERNEL_DTYPES
 from ..errors import SpecError, TLCheckError
 from ..spec import AttentionSpec
+from ..splits import split_count
 from ..targets import Target, tma_can_read
 from ..tl import nodes as n
 from ..tl.checker import check
@@ -49,6 +52,7 @@ class Plan:
 class Candidate:
     params: dict[str, int]
     reason: str
+    kind: str | None = None  # "prefill" or "decode" where it came from elsewhere (a tuning entry); the planner's own are the spec's kind
 
 
 # ------------------------------------------------------------------------------ TL text
@@ -168,15 +172,17 @@ def _score_mods(spec: AttentionSpec, packed: bool = False) -> list[str]:
     return mods
 
 
-def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scores: bool = True) -> list[str]:
+def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scores: bool = True, launch: str | None = None) -> list[str]:
     """A kernel header; ``scores=False`` for a kernel that only merges partial results (decode's
-    combine), which computes no feature and reads no scalar."""
+    combine), which computes no feature and reads no scalar; ``launch``: its launch-time value line."""
     lines = [f"kernel {name}", f"target {target.sm}"]
     feats = _features(spec)
     if feats and scores:
         lines.append("computes " + ", ".join(feats))
     lines.append(f"dtype qkv = {spec.dtype}, acc = fp32, out = {spec.dtype}")
     lines.append("param " + ", ".join(f"{k} = {v}" for k, v in params.items()))
+    if launch is not None:
+        lines.append(launch)
     if scores:
         lines.append("scalar " + ", ".join(_scalars(spec)))
     return lines
@@ -292,6 +298,24 @@ def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int], 
     return "\n".join(lines) + "\n"
 
 
+# The programs of one split: B x Hq (x row blocks) one head per program, B x Hkv (x row blocks) packed.
+_PROGRAMS = "B * Hq * cdiv(Sq, BM)"
+_PACKED_PROGRAMS = f"B * Hkv * cdiv({_PACKED_ROWS}, BM)"
+
+
+def _split_launch(programs: str) -> str:
+    """The split count as a launch-time value: the host computes it per call from the real sizes
+    and the device's SM count (``attnforge.splits.split_count``), so one kernel serves every
+    batch and KV length. Both kernels declare it alike and share it."""
+    return f"launch NSPLIT = splits({programs}, cdiv(Sk, BN))"
+
+
+def _combine_params(params: dict[str, int]) -> dict[str, int]:
+    """The combine kernel's parameters: its rows, and BN because its split rule reads it (so
+    ``--param BN=32`` moves the split count of both kernels alike)."""
+    return {"BM": params["BM"], "BN": params["BN"], "warps": 4}
+
+
 def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """Split-KV decode: NSPLIT programs per (batch, head) each take a share of the visible key
     tiles and write a partial O and LSE; a combine kernel merges them with the online softmax."""
@@ -299,16 +323,18 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
         return packed_decode_source(spec, target, params)
     first, last = _visible_tiles(spec)
     share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
+    launch = _split_launch(_PROGRAMS)
     scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
     lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# Split-KV: NSPLIT programs per (batch, head) each reduce a share of the visible K/V tiles to a",
              "# partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
-             *_header("attn_decode_partial", spec, target, params), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
+             "# NSPLIT is chosen at launch, for the call's sizes and GPU: one kernel serves every batch and KV length.",
+             *_header("attn_decode_partial", spec, target, params, launch=launch), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
     lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
+    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(params), scores=False, launch=launch),
+              "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
     lines += _combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")
     return "\n".join(lines) + "\n"
 
@@ -319,7 +345,7 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     laid out (B, NSPLIT, Hq, Sq) so that the combine kernel reads them packed too."""
     first, last = _visible_tiles(spec, packed=True)
     share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    comb = {"BM": params["BM"], "NSPLIT": params["NSPLIT"], "warps": 4}
+    launch = _split_launch(_PACKED_PROGRAMS)
     scratch = ["scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"]
     grid = f"m : cdiv({_PACKED_ROWS}, BM)"
     lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
@@ -327,11 +353,13 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
              "# hk * G + r % G at position r // G, G = Hq // Hkv), so each K/V tile is read once per group.",
              "# Split-KV: NSPLIT programs per (batch, K/V head) each reduce a share of the visible K/V tiles to",
              "# a partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
-             *_header("attn_decode_partial", spec, target, params), f"grid b : B, hk : Hkv, s : NSPLIT, {grid}", *scratch, ""]
+             "# NSPLIT is chosen at launch, for the call's sizes and GPU: one kernel serves every batch and KV length.",
+             *_header("attn_decode_partial", spec, target, params, launch=launch), f"grid b : B, hk : Hkv, s : NSPLIT, {grid}", *scratch, ""]
     lines += _query_block(spec, f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]", packed=True)
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, comb, scores=False), f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
+    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(params), scores=False, launch=launch),
+              f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
     pack = f" pack {_G}"
     lines += _combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
                       f"o_part[b, s, {_GROUP_HEAD}]{pack}", f"lse_part[b, s, {_GROUP_HEAD}]{pack}")
@@ -402,39 +430,40 @@ def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         out.append(Candidate(dict(p), why))
 
 
+def _split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int) -> str:
+    """Why the split count is what it is: the rule, and what it gives for the spec's own sizes."""
+    splits = split_count(programs, math.ceil(spec.seqlen_k / bn), target.sm_count)
+    return (f"split-KV with NSPLIT chosen at launch so {per_program}*NSPLIT programs cover the GPU's SMs about twice "
+            f"(at most one split per K/V tile, 64, a power of two): NSPLIT={splits} at B={spec.batch}, Sk={spec.seqlen_k} on {target.name}'s "
+            f"{target.sm_count} SMs")
+
+
 def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     if packs_gqa(spec):
         return _packed_candidates(spec, target)
     bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
-    tiles = math.ceil(spec.seqlen_k / bn)
-    programs = spec.batch * spec.heads
-    # Enough splits for about two programs per SM, but no more than there are K/V tiles.
-    nsplit = max(1, min(tiles, math.ceil(2 * target.sm_count / programs), 64))
-    nsplit = 1 << (nsplit - 1).bit_length() if nsplit > 1 else 1
-    why = f"decode: BM=16 (the smallest MMA row count), NSPLIT={nsplit} so B*Hq*NSPLIT covers {target.sm_count} SMs about twice"
-    out = [Candidate(dict(BM=16, BN=bn, NSPLIT=nsplit, warps=4, stages=2), why)]
+    programs = spec.batch * spec.heads  # Sq = 1 here (a group of 1): one row block per head
+    why = f"decode: BM=16 (the smallest MMA row count); {_split_reason(spec, target, programs, 'B*Hq', bn)}"
+    out = [Candidate(dict(BM=16, BN=bn, warps=4, stages=2), why)]
     if bn > 16:
-        out.append(Candidate(dict(BM=16, BN=bn // 2, NSPLIT=nsplit, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
+        out.append(Candidate(dict(BM=16, BN=bn // 2, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
     return out
 
 
 def _packed_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
-    """Packed GQA, split-KV: BM covers the group's G * Sq rows (16..64), NSPLIT fills the SMs."""
+    """Packed GQA, split-KV: BM covers the group's G * Sq rows (16..64); NSPLIT, chosen at launch, fills the SMs."""
     bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
     rows = spec.group_size * spec.seqlen_q
     bm = min(64, max(16, 1 << (rows - 1).bit_length()))
-    tiles = math.ceil(spec.seqlen_k / bn)
     programs = spec.batch * spec.kv_heads * math.ceil(rows / bm)
-    nsplit = max(1, min(tiles, math.ceil(2 * target.sm_count / programs), 64))
-    nsplit = 1 << (nsplit - 1).bit_length() if nsplit > 1 else 1
     why = (f"packed GQA: the {spec.group_size} query heads of a K/V head x Sq={spec.seqlen_q} in BM={bm} rows, so K/V are read once per group; "
-           f"split-KV with NSPLIT={nsplit} so B*Hkv*NSPLIT programs cover {target.sm_count} SMs about twice")
-    out = [Candidate(dict(BM=bm, BN=bn, NSPLIT=nsplit, warps=4, stages=2), why)]
+           + _split_reason(spec, target, programs, "B*Hkv", bn))
+    out = [Candidate(dict(BM=bm, BN=bn, warps=4, stages=2), why)]
     if bn > 16:
-        out.append(Candidate(dict(BM=bm, BN=bn // 2, NSPLIT=nsplit, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
+        out.append(Candidate(dict(BM=bm, BN=bn // 2, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
     while bm > 16:
         bm //= 2
-        out.append(Candidate(dict(BM=bm, BN=max(16, bn // 2), NSPLIT=nsplit, warps=4, stages=1), "fewer packed rows per program to fit registers"))
+        out.append(Candidate(dict(BM=bm, BN=max(16, bn // 2), warps=4, stages=1), "fewer packed rows per program to fit registers"))
     return out
 
 
@@ -467,10 +496,11 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
         raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " for generated kernels",
                         hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
     kind, cands = candidates(spec, target, tma=tma, refused=refused)
-    if prefer is not None and _kind_params(prefer.params) == _kind_params(cands[0].params) \
+    if prefer is not None and prefer.kind in (None, kind) and _kind_params(prefer.params) == _kind_params(cands[0].params) \
             and not (prefer.params.get("tma") and (not tma or "tma" in refused)):
         # (parameters of another kind of program -- a prefill choice offered for a decode spec by
-        # a stale or hand-edited tuning database -- are not offered: its source would not build)
+        # a stale or hand-edited tuning database, or a decode choice that still fixes NSPLIT -- are
+        # not offered: they were measured on another program, or its source would not build)
         cands = [prefer] + [c for c in cands if c.params != prefer.params]
     rejected: list[str] = []
     yielded = False

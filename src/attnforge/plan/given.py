@@ -32,5 +32,5 @@ class GivenPlanner:
         result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=self.file)
         if not result.ok:
             raise TLCheckError(result.errors, file=self.file)
-        kind = "decode" if any("NSPLIT" in {p.name for p in k.params} for k in program.kernels) else "prefill"
+        kind = "decode" if program.declares("NSPLIT") else "prefill"  # a split count, fixed or chosen at launch
         yield Plan(program, self.source, params, kind, (f"given program {self.file}",), result)

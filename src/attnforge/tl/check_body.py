@@ -45,6 +45,7 @@ class KernelCheck(GemmChecks, PackedViews):
         self.read: set[str] = set()
         self.read_at: dict[str, n.Node] = {}
         self.scalar_set = set(kernel.scalars)
+        self.launch = frozenset(kernel.launch_names())
         self.scratch_dtypes = {sc.name: self.dtypes.get(sc.dtype, sc.dtype) for sc in kernel.scratch}
         self.axes: dict[str, tuple[n.GridAxis, object]] = {}  # grid axis -> (its node, its evaluated extent)
         self.loops: list[tuple[n.Loop, object, object]] = []  # enclosing loops with their evaluated start and stop
@@ -106,6 +107,15 @@ class KernelCheck(GemmChecks, PackedViews):
                 return None
         return values
 
+    def compile_time(self, dims: tuple[n.Expr, ...], what: str) -> None:
+        """TL314: ``dims`` must be known when the kernel is compiled (a tile's or buffer's shape, a
+        pipeline depth), so they may not read a launch-time value, which the host picks per launch."""
+        for d in dims:
+            late = sorted(n.expr_names(d) & self.launch)
+            if late:
+                self.add("TL314", d, f"{what} {show(d)!r} reads {', '.join(late)}, which is known only at launch; it must be known when the kernel is compiled",
+                         "use a parameter or a number here; a launch-time value may size grid axes, scratch tensors and global views, bound loops and index tiles")
+
     def get(self, name: str, node: n.Node) -> Info | None:
         info = self.names.get(name)
         if info is None and name in self.refused:
@@ -151,6 +161,7 @@ class KernelCheck(GemmChecks, PackedViews):
         if s.var in env:
             self.add("TL204", s, f"loop variable {s.var!r} shadows an outer name", "pick another name")
         if s.stages is not None:
+            self.compile_time((s.stages,), "the pipeline depth")
             stages = self.value(s.stages, env, "pipeline stages")
             if stages is not None and stages < 1:
                 self.add("TL311", s.stages, f"pipeline stages {stages} must be at least 1", "use 1 (no pipelining) to 4")
@@ -165,6 +176,8 @@ class KernelCheck(GemmChecks, PackedViews):
         if s.name in self.names and self.names[s.name].node is not s:
             prev = self.names[s.name].node
             self.add("TL201", s, f"{s.name} is allocated again (first at line {prev.line})", "give each buffer its own name")
+        if s.level != "global":
+            self.compile_time(s.shape, f"the {s.level} tile {s.name}'s dimension")
         shape = self.shape(s.shape, env, f"dimension of {s.name}")
         if s.level == "global":
             if s.tensor not in self.tensors:
@@ -215,6 +228,7 @@ class KernelCheck(GemmChecks, PackedViews):
             if s.tile is None or s.coord is None:
                 self.add("TL403", s, "a Copy to or from global memory needs the tile shape and its coordinate", f"write Copy {s.src} (BM, D) at [m, 0] from {s.src_level} to {s.dst_level} {s.dst}")
                 return
+            self.compile_time(s.tile, "the copied tile's dimension")
             tile = self.shape(s.tile, env, "tile dimension")
             coord = tuple(self.value(c, env, "coordinate") for c in s.coord)
             if len(s.tile) != len(glob.dims) or len(s.coord) != len(glob.dims):

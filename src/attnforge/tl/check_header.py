@@ -1,11 +1,12 @@
-"""Checks of a TL program's headers, before any statement: the target line, parameters, dtype
-aliases, runtime scalars, scratch tensors and the computes features (TL1xx, plus TL202/203/310
-inside score_mod and mask_mod expressions).
+"""Checks of a TL program's headers, before any statement: the target line, parameters and
+launch-time values, dtype aliases, runtime scalars, scratch tensors and the computes features
+(TL1xx, plus TL202/203/310 inside score_mod and mask_mod expressions). The arguments of a launch
+line's rule are evaluated with the body, by ``checker`` (TL110, TL203, TL311).
 """
 
 from __future__ import annotations
 
-from ..abi import RUNTIME_SCALARS
+from ..abi import HEAD_DIM_NAMES, RUNTIME_SCALARS, SIZE_ARGS
 from ..dtypes import FORMATS, TL_DTYPES
 from ..errors import TargetError
 from ..targets import Target, get_target
@@ -63,6 +64,13 @@ def check_header(kernel: n.Kernel, report, sketch: bool, probe_index: int) -> No
                                                                                       if not sketch else "a sketch may leave it open; the planner fills it in"))
         elif p.value < 1:
             report(Finding("TL102", "error", p.line, p.col, f"parameter {p.name} = {p.value} must be positive", "tile sizes, warps and stages are >= 1"))
+    taken = set(SIZE_ARGS) | set(HEAD_DIM_NAMES) | set(kernel.scalars)
+    for v in kernel.launch:
+        if v.name in seen or v.name in taken:
+            what = "a parameter or an earlier launch value" if v.name in seen else "a size or runtime scalar"
+            report(Finding("TL102", "error", v.line, v.col, f"launch value {v.name} is declared twice (it is also {what})",
+                           f"keep one declaration: 'launch {v.name} = splits(...)' for a count the host picks at launch, 'param {v.name} = N' for a fixed one"))
+        seen.add(v.name)
     for alias, dtype in kernel.dtypes:
         if alias in FORMATS:
             report(Finding("TL101", "error", kernel.line, kernel.col, f"dtype alias {alias!r} is the name of a format", "aliases are names such as qkv, acc, out"))

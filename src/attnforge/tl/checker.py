@@ -7,7 +7,8 @@ resource estimates in ``resources``.
 
 The checker walks the first and the last program instance symbolically (first and last loop
 iteration too). Shapes are compared by evaluating their expressions under two unrelated
-assignments of the problem sizes (B, Hq, Hkv, Sq, Sk, D, Dv) and of any open parameter: two expressions that agree under both are taken as equal, which catches
+assignments of the problem sizes (B, Hq, Hkv, Sq, Sk, D, Dv), of any open parameter and of any
+launch-time value: two expressions that agree under both are taken as equal, which catches
 ``(Sq, D)`` written for ``(Sk, D)`` without a computer-algebra system. Resource estimates use the
 real head dims and parameters.
 
@@ -34,6 +35,10 @@ from .resources import estimate
 # Two unrelated assignments of the problem sizes; D/Dv of the first come from the caller.
 _PROBE = ({"B": 3, "Hq": 12, "Hkv": 4, "Sq": 1000, "Sk": 1500}, {"B": 5, "Hq": 10, "Hkv": 5, "Sq": 777, "Sk": 333})
 _OPEN_PARAM_PROBE = (64, 128)
+# A launch-time value (``launch NSPLIT = splits(...)``) may be any count the host picks, so each probe
+# gives it a value of its own, unlike the sizes and parameters (a program that is only right for
+# some split counts then shows): 6 splits of probe 1's 24 K/V tiles, 7 of probe 2's 6 (one empty).
+_LAUNCH_PROBE = (6, 7)
 
 
 class _Collector:
@@ -64,6 +69,23 @@ def _bytes(info: Info) -> int:
     return int(math.prod(info.shape) * FORMATS.get(info.dtype, FORMATS["fp32"]).bytes) if info.shape else 4
 
 
+def _launch_values(kc: KernelCheck, launches: dict[str, tuple[n.Kernel, tuple]], probe_index: int) -> None:
+    """Bind the kernel's launch-time values to this probe's value, after checking the arguments
+    of their rule (sizes, parameters and scalars; TL203, TL311). The kernels that declare one
+    value share it, and the scratch tensors it sizes, so they must compute it from the same
+    numbers (TL110)."""
+    env = dict(kc.env)  # the rule reads no launch-time value, not even an earlier one
+    for v in kc.k.launch:
+        args = (kc.value(v.programs, env, f"program count of {v.name}"), kc.value(v.tiles, env, f"K/V tile count of {v.name}"))
+        earlier = launches.get(v.name)
+        if earlier is not None and earlier[0] is not kc.k and None not in args + earlier[1] and args != earlier[1]:
+            kc.add("TL110", v, f"launch {v.name} = splits{args} here, but splits{earlier[1]} in kernel {earlier[0].name} (probe {probe_index + 1})",
+                   f"write the same 'launch {v.name} = splits(...)' in every kernel that declares it: the kernels share its value and the scratch "
+                   "tensors it sizes (declare the parameters it reads, such as BN, in each of them)")
+        launches.setdefault(v.name, (kc.k, args))
+        kc.env[v.name] = _LAUNCH_PROBE[probe_index]
+
+
 def check(
     program: n.Program,
     target: Target | str | None = None,
@@ -84,10 +106,12 @@ def check(
     open_params = sorted({p.name for k in program.kernels for p in k.open_params()})
     resources: list[KernelResources] = []
     scratch: dict[str, tuple] = {}
+    launches: dict[str, tuple[n.Kernel, tuple]] = {}
     written: set[str] = set()
     for probe_index, probe in enumerate(_PROBE):
         collect.active = probe_index == 0
         scratch.clear()  # shapes differ between probes
+        launches.clear()
         for kernel in program.kernels:
             env = dict(probe)
             env.update({"D": head_dim, "Dv": head_dim_v} if probe_index == 0 else {"D": head_dim + 24, "Dv": head_dim_v + 8})
@@ -98,6 +122,7 @@ def check(
             env.update({name: 37 if name.startswith("window") else 1.0 for name in kernel.scalars})
             tensors = {name: tuple(evaluate(n.Name(d), env) for d in dims) for name, dims in ARG_SHAPES.items()}
             kc = KernelCheck(kernel, tgt, env, collect, tensors, probe_index)
+            _launch_values(kc, launches, probe_index)
             for sc in kernel.scratch:
                 shape = kc.shape(sc.shape, env, f"dimension of scratch {sc.name}")
                 if shape is None:

@@ -216,10 +216,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE", help="path of a TL file, or lib:NAME for a shipped program")
     p.add_argument("--shape", action="append", metavar="B,HQ,HKV,SQ,SK,D[,DV]",
                    help="problem shape; repeat for several (default: three shapes sized from the program's BM/BN/NSPLIT so that "
-                        "several query blocks, ragged K/V tails, Sq > Sk and a decode step are all exercised)")
+                        "several query blocks, ragged K/V tails, Sq > Sk and a decode step are all exercised; a fourth, a decode step "
+                        "over ten K/V tiles, when the split count is chosen at launch)")
     p.add_argument("--dtype", choices=RUN_DTYPES, default="float64", help="float64 runs exactly; a format rounds inputs, casts and stores to it (default float64)")
     p.add_argument("--target", help="target to check the program for before running it (default: its 'target' line); a program the checker rejects is not run")
-    p.add_argument("--param", action="append", metavar="NAME=INT", help="override a header parameter, e.g. --param BM=16 (repeatable)")
+    p.add_argument("--param", action="append", metavar="NAME=INT", help="override a header parameter, or fix a launch-time value "
+                   "(--param NSPLIT=4), e.g. --param BM=16 (repeatable)")
     p.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="runtime scalar value, e.g. --scalar softcap=30 (defaults: scale=1/sqrt(D), softcap=1.5, window_left=37, window_right=11 or 0 when causal)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed for the inputs, >= 0 (default 0)")
     p.set_defaults(func=cmd_tl_run)

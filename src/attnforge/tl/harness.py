@@ -237,9 +237,11 @@ def _worst_rows(out_o: np.ndarray, ref_o: np.ndarray, out_lse: np.ndarray, ref_l
 
 def specialize(program: n.Program, *, dtype: str | None = None, params: Mapping[str, int] | None = None) -> n.Program:
     """The program with its input/output format set to ``dtype`` (accumulators stay as they are)
-    and header parameters overridden by ``params``; a name no kernel declares is an error."""
+    and header parameters overridden by ``params``; a name no kernel declares is an error. A
+    launch-time value named in ``params`` is fixed: its ``launch`` line becomes ``param NAME = value``
+    (what a run with that split count, whatever the sizes, means)."""
     params = dict(params or {})
-    declared = {p.name for k in program.kernels for p in k.params}
+    declared = {name for k in program.kernels for name in (*k.param_map(), *k.launch_names())}
     unknown = sorted(set(params) - declared)
     if unknown:
         raise AttnforgeError(f"parameter {unknown[0]!r} is not declared by the program", where="--param",
@@ -251,22 +253,29 @@ def specialize(program: n.Program, *, dtype: str | None = None, params: Mapping[
             if dtype is not None and alias in dtypes:
                 dtypes[alias] = dtype
         values = tuple(replace(p, value=params.get(p.name, p.value)) for p in kernel.params)
-        kernels.append(replace(kernel, dtypes=tuple(dtypes.items()), params=values))
+        fixed = tuple(n.Param(v.name, params[v.name], line=v.line, col=v.col) for v in kernel.launch if v.name in params)
+        launch = tuple(v for v in kernel.launch if v.name not in params)
+        kernels.append(replace(kernel, dtypes=tuple(dtypes.items()), params=values + fixed, launch=launch))
     return replace(program, kernels=tuple(kernels))
 
 
 def default_shapes(program: n.Program) -> list[Shape]:
     """Shapes that make every loop of the program matter: several query blocks and K/V tiles with
     ragged tails, Sq < Sk and Sq > Sk (fully masked rows under bottom-right causal), a decode step
-    over more K/V tiles than a split-KV program has splits, GQA ratios 4 and 2, and Dv != D."""
+    over more K/V tiles than a split-KV program has splits, GQA ratios 4 and 2, and Dv != D. A
+    program whose split count is chosen at launch gets a fourth shape, a decode step of few
+    programs over ten K/V tiles: the interpreter's rule then takes several splits of several tiles."""
     params = {p.name: p.value for k in program.kernels for p in k.params if p.value}
     bm, bn = params.get("BM", 64), params.get("BN", 64)
     splits = params.get("NSPLIT", 1)
-    return [
+    shapes = [
         Shape(2, 8, 2, 2 * bm + 13, 2 * bm + 3 * bn + 7, 64, 64),
         Shape(1, 4, 2, 3 * bm + 5, bn + 3, 40, 48),
         Shape(1, 8, 2, 1, (2 * splits + 1) * bn + 3, 64, 64),
     ]
+    if any(k.launch for k in program.kernels):
+        shapes.append(Shape(1, 4, 2, 1, 9 * bn + 3, 64, 64))
+    return shapes
 
 
 __all__ = ["Shape", "RunReport", "run_and_compare", "reference_for", "specialize", "default_shapes"]

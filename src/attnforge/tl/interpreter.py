@@ -25,6 +25,7 @@ from ..abi import ARG_DTYPE, arg_format
 from .evaluate import evaluate
 from .limits import MAX_ELEMENTS, MAX_STEPS
 from .printer import expr as show
+from ..splits import INTERPRETER_SM_COUNT, split_count
 
 SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")
 
@@ -143,6 +144,19 @@ class _Kernel:
         if name not in local:
             self.fail(node, f"{name!r} is not defined", "Allocate it, or produce it with a Copy or a Compute ... and get")
         return local[name]
+
+    def launch_values(self, fixed: Mapping[str, int], sm_count: int) -> dict[str, int]:
+        """The kernel's launch-time values for these sizes: a value in ``fixed`` as it is, any other
+        by the host's rule. The rule reads sizes, parameters and scalars, never another launch value."""
+        values = {}
+        for v in self.k.launch:
+            if v.name in fixed:
+                values[v.name] = fixed[v.name]
+            else:
+                programs = self.ev_int(v.programs, self.env, f"the program count of launch {v.name}")
+                tiles = self.ev_int(v.tiles, self.env, f"the K/V tile count of launch {v.name}")
+                values[v.name] = split_count(programs, tiles, sm_count)
+        return values
 
     # -- grid
     def run(self) -> None:
@@ -494,16 +508,20 @@ def run_program(
     file: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     max_steps: int = MAX_STEPS,
+    sm_count: int = INTERPRETER_SM_COUNT,
 ) -> RunResult:
     """Run every kernel of ``program`` in order over shared global ``tensors`` (written in place).
 
     ``sizes`` binds B, Hq, Hkv, Sq, Sk, D, Dv; ``params`` overrides or fills the header's
-    parameters; ``scalars`` binds the runtime scalars the kernels declare. Scratch tensors are
-    created (NaN-filled) on first declaration. ``progress(kernel, done, total)`` is called after
-    each program instance. ``max_steps`` is the work budget (``limits.MAX_STEPS``): a run that
-    would need more steps (program instances, loop trips, statements) stops with TLRuntimeError.
+    parameters, and fixes launch-time values; ``scalars`` binds the runtime scalars the kernels
+    declare. A launch-time value (``launch NSPLIT = splits(...)``) not fixed by ``params`` is what
+    the host's rule gives for these sizes on a GPU of ``sm_count`` SMs (``splits.split_count``).
+    Scratch tensors are created (NaN-filled) on first declaration. ``progress(kernel, done,
+    total)`` is called after each program instance. ``max_steps`` is the work budget
+    (``limits.MAX_STEPS``): a run that would need more steps (program instances, loop trips,
+    statements) stops with TLRuntimeError.
     """
-    declared = {p.name for k in program.kernels for p in k.params}
+    declared = {name for k in program.kernels for name in (*k.param_map(), *k.launch_names())}
     unknown = sorted(set(params or {}) - declared)
     if unknown:
         raise TLRuntimeError(f"parameter {unknown[0]!r} is not declared by the program", where=Position(1, 1, file), hint="parameters: " + ", ".join(sorted(declared)))
@@ -533,6 +551,7 @@ def run_program(
                 raise TLRuntimeError(f"{kernel.name}: runtime scalar {name!r} has no value", where=Position(kernel.line, kernel.col, file), hint=f"pass scalars={{'{name}': ...}}")
             env[name] = scalars[name]
         runner = _Kernel(kernel, env, tensors, tensor_dtypes, exact, file, result, progress)
+        env.update(runner.launch_values(params or {}, sm_count))
         for sc in kernel.scratch:
             shape = runner.shape(sc.shape, env)
             if sc.name in tensors:

@@ -1,7 +1,7 @@
 """The TL abstract syntax tree: frozen dataclasses, compared without their source positions.
 
-A program is a list of kernels; a kernel is a header (target, data types, parameters, runtime
-scalars, launch grid, scratch tensors) and a body of statements. Expressions are shared with
+A program is a list of kernels; a kernel is a header (target, data types, parameters, launch-time
+values, runtime scalars, launch grid, scratch tensors) and a body of statements. Expressions are shared with
 AttentionSpec's score and mask modifiers. ``line``/``col`` are excluded from equality so that
 ``parse(print(ast)) == ast`` holds whatever the layout of the original text.
 """
@@ -73,6 +73,17 @@ class Param(Node):
 
     name: str
     value: int | None
+
+
+@dataclass(frozen=True)
+class Launch(Node):
+    """``launch NAME = splits(PROGRAMS, TILES)``: an integer the host computes when the kernel is
+    launched, by the split-KV rule (``attnforge.splits.split_count``) from the number of programs
+    per split, the K/V tiles and the device's SM count. Not known when the kernel is compiled."""
+
+    name: str
+    programs: "Expr"
+    tiles: "Expr"
 
 
 @dataclass(frozen=True)
@@ -240,6 +251,7 @@ class Kernel(Node):
     grid: tuple[GridAxis, ...] = ()
     scratch: tuple[Scratch, ...] = ()
     body: tuple[Stmt, ...] = ()
+    launch: tuple[Launch, ...] = ()  # values the host computes at launch (after ``body``: positional construction stays as it was)
 
     def dtype_map(self) -> dict[str, str]:
         return dict(self.dtypes)
@@ -253,11 +265,23 @@ class Kernel(Node):
     def open_params(self) -> list[Param]:
         return [p for p in self.params if p.value is None]
 
+    def launch_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.launch)
+
+    def declares(self, name: str) -> bool:
+        """Whether ``name`` is a parameter or a launch-time value of this kernel."""
+        return name in self.param_map() or name in self.launch_names()
+
 
 @dataclass(frozen=True)
 class Program(Node):
     kernels: tuple[Kernel, ...]
     doc: str = ""  # the leading comment block, without the '# ' markers
+
+    def declares(self, name: str) -> bool:
+        """Whether some kernel declares ``name`` as a parameter or a launch-time value (a split-KV
+        program declares NSPLIT, whichever it is)."""
+        return any(k.declares(name) for k in self.kernels)
 
 
 def walk(body: tuple[Stmt, ...]):

@@ -151,6 +151,11 @@ class _Build(Transformer):
     def param_h(self, items):
         return ("params", tuple(items))
 
+    @v_args(meta=True)
+    def launch_h(self, meta, items):
+        name, programs, tiles = items
+        return ("launch", (n.Launch(str(name), programs, tiles, **_at(meta)),))
+
     def scalar_h(self, items):
         return ("scalars", tuple(str(t) for t in items))
 
@@ -271,7 +276,7 @@ class _Build(Transformer):
     @v_args(meta=True)
     def kernel(self, meta, items):
         name, *rest = items
-        header: dict[str, tuple] = {"computes": (), "dtypes": (), "params": (), "scalars": (), "grid": (), "scratch": ()}
+        header: dict[str, tuple] = {"computes": (), "dtypes": (), "params": (), "scalars": (), "grid": (), "scratch": (), "launch": ()}
         target = None
         body = []
         for item in rest:
@@ -282,7 +287,8 @@ class _Build(Transformer):
                     header[item[0]] = header[item[0]] + item[1]
             else:
                 body.append(item)
-        return n.Kernel(str(name), target, header["computes"], header["dtypes"], header["params"], header["scalars"], header["grid"], header["scratch"], tuple(body), **_at(meta))
+        return n.Kernel(str(name), target, header["computes"], header["dtypes"], header["params"], header["scalars"], header["grid"], header["scratch"], tuple(body),
+                        launch=header["launch"], **_at(meta))
 
     def program(self, items):
         return n.Program(tuple(items))
@@ -303,6 +309,7 @@ def _readable(term: str) -> str:
 
 _COMPARISON = re.compile(r"<=|>=|==|!=|<|>")
 _FEATURE_VALUE = re.compile(r"^\s*computes\b.*?\b(\w+)\s*=\s*$")
+_LAUNCH_VALUE = re.compile(r"^\s*launch\s+(\w+)\s*=\s*$")
 
 
 def _known_mistake(tok: Token, before: str) -> tuple[str, str] | None:
@@ -310,6 +317,11 @@ def _known_mistake(tok: Token, before: str) -> tuple[str, str] | None:
     ``before``: the line's text up to the unexpected token."""
     if tok.type == "CMPOP" and _COMPARISON.search(before):
         return ("comparisons do not chain", "write 'a <= b and b < c' for 'a <= b < c' (each comparison gives a truth value)")
+    launch = _LAUNCH_VALUE.match(before)
+    if launch and str(tok) != "splits":
+        return (f"launch {launch.group(1)} = {tok}: a launch-time value is computed by the split rule",
+                f"write 'launch {launch.group(1)} = splits(PROGRAMS, TILES)' (programs per split, K/V tiles); "
+                f"a value fixed in the program is a parameter: param {launch.group(1)} = 8")
     feature = _FEATURE_VALUE.match(before)
     if feature and (str(tok)[:1].isdigit() or str(tok) in ("-", ".")):
         name = feature.group(1)

@@ -138,6 +138,8 @@ def kernel(k: n.Kernel) -> list[str]:
         lines.append("dtype " + ", ".join(f"{a} = {t}" for a, t in k.dtypes))
     if k.params:
         lines.append("param " + ", ".join(p.name if p.value is None else f"{p.name} = {p.value}" for p in k.params))
+    for v in k.launch:
+        lines.append(f"launch {v.name} = splits({expr(v.programs)}, {expr(v.tiles)})")
     if k.scalars:
         lines.append("scalar " + ", ".join(k.scalars))
     if k.grid:

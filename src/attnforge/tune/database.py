@@ -64,6 +64,14 @@ class Entry:
     measured: str  # date and versions
     tried: int = 0  # candidates tried
     rejected: list[str] = field(default_factory=list)  # candidates that failed a gate, with why
+    kind: str = ""  # the kind of program tuned, "prefill" or "decode" ("" in entries written before it was recorded)
+
+
+def kind_of(entry: Entry) -> str:
+    """The kind of program an entry's parameters were measured on. Entries written before the kind
+    was recorded tell it by NSPLIT, which decode parameters carried then (and no longer do: the
+    planner offers such an entry to no spec)."""
+    return entry.kind or ("decode" if "NSPLIT" in entry.params else "prefill")
 
 
 def user_path() -> Path:
@@ -120,4 +128,4 @@ def describe(entry: Entry) -> str:
             f"({entry.ms:.3f} ms on {entry.shape}{gain}; {entry.measured})")
 
 
-__all__ = ["Entry", "SHIPPED", "describe", "lookup", "read", "record", "seq_bucket", "spec_key", "user_path"]
+__all__ = ["Entry", "SHIPPED", "describe", "kind_of", "lookup", "read", "record", "seq_bucket", "spec_key", "user_path"]

@@ -51,7 +51,7 @@ def timing_shape(spec: AttentionSpec, seq: str, native: bool) -> tuple[int, int,
     use (decode: B=64 at the bucket's length); a tiny shape in the interpreter."""
     g = spec.group_size
     # a packed-GQA spec (small Sq) keeps its Sq: a longer one would time, tune and record a prefill
-    # kernel under the packed kernel's database key (its parameters lack NSPLIT)
+    # kernel under the packed kernel's database key
     packed = not spec.is_decode and builtin.packs_gqa(spec)
     if not native:
         return 1, g, 1, spec.seqlen_q if spec.is_decode or packed else 32, 48
@@ -64,8 +64,9 @@ def timing_shape(spec: AttentionSpec, seq: str, native: bool) -> tuple[int, int,
 
 def neighbours(first: dict[str, int], target: Target, kind: str) -> list[dict[str, int]]:
     """The planner's first choice, then parameter sets around it, nearest (fewest changes) first:
-    tiles, warps and stages; TMA and persistent scheduling for prefill. Not the split count of
-    decode: the planner sets it from the batch, which the database key leaves out."""
+    tiles, warps and stages; TMA and persistent scheduling for prefill. Not decode's BM (the
+    group's packed rows) nor its split count, which the launcher picks per call from the batch
+    and KV length (``attnforge.splits``)."""
     axes: dict[str, list[int]] = {"BM": [64, 128] if kind == "prefill" else [first["BM"]],
                                   "BN": [32, 64, 128], "warps": [4, 8], "stages": [1, 2, 3, 4]}
     if "tma" in first:
@@ -165,7 +166,7 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
     entry = database.Entry(target=target.name, backend=chosen.name, spec=database.spec_key(spec), seq=seq, params=best.params, ms=best.ms,
                            planner_ms=planner, device=device, shape=shape, tried=len(trials),
                            measured=f"{date.today().isoformat()}, {versions}",
-                           rejected=[f"{_fmt(t.params)}: {t.rejected}" for t in trials if t.rejected])
+                           rejected=[f"{_fmt(t.params)}: {t.rejected}" for t in trials if t.rejected], kind=kind)
     if record:
         database.record(entry, db)
     return Outcome(entry, trials)

@@ -32,6 +32,10 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         k = program.kernels[1] if len(program.kernels) > 1 else program
         raise TranslateError(f"a program of {len(program.kernels)} kernels (split-KV decode) has no CUDA translation yet",
                              where=Position(k.line, k.col, file), hint="use --backend triton for decode programs")
+    if program.kernels[0].launch:
+        v = program.kernels[0].launch[0]
+        raise TranslateError(f"{program.kernels[0].name}: the launch-time value {v.name} (a split count the host picks per launch) has no CUDA translation yet",
+                             where=Position(v.line, v.col, file), hint="use --backend triton for split-KV programs, or fix it: param NAME = N")
     scratch = scratch_ranks(program)
     codes = []
     for kernel in program.kernels:
@@ -75,7 +79,7 @@ def _header_lines(tl_lines: list[str], name: str) -> list[str]:
                 if out:
                     break
                 continue
-            if line.startswith(("kernel", "target", "computes", "dtype", "param", "scalar", "grid", "scratch")):
+            if line.startswith(("kernel", "target", "computes", "dtype", "param", "launch", "scalar", "grid", "scratch")):
                 out.append(line)
             else:
                 break

@@ -53,11 +53,16 @@ class KernelEmitter:
             # launch options and strategies are literals in the kernel; constants are constexpr arguments
             names[name] = name if name in facts.constants else str(value)
         names.update({s: s for s in kernel.scalars})
-        self.scope = Scope(names, set(SIZE_ARGS) | {"D", "Dv"} | set(facts.params) | {g.name for g in kernel.grid})
+        # launch-time values (a split count) are runtime integer arguments, as the sizes are, and >= 1
+        names.update({v.name: v.name for v in facts.launch})
+        self.launch = frozenset(v.name for v in facts.launch)
+        self.scope = Scope(names, set(SIZE_ARGS) | {"D", "Dv"} | set(facts.params) | self.launch | {g.name for g in kernel.grid})
         for t in facts.tensors:
             self.scope.generated |= {f"{t}_ptr", *stride_names(t, facts.ranks[t])}
         self.scope.generated |= {"D_PAD", "DV_PAD", "pid", "tile", "num_tiles"} | {f"{t}_desc" for t in TMA_TENSORS}
         self.floats = frozenset({s for s in kernel.scalars if s not in INT_SCALARS} | {"score"})
+        for v in facts.launch:
+            self.name(v.name, v)  # an argument of the kernel: a Python name that clashes with nothing generated
 
     # ------------------------------------------------------------------ helpers
     def fail(self, node: n.Node, message: str, hint: str | None = None) -> NoReturn:
@@ -105,6 +110,9 @@ class KernelEmitter:
             return e.id
         if isinstance(e, n.Num) and isinstance(e.value, int) and is_pow2(e.value):
             return str(e.value)
+        if n.expr_names(e) & self.launch:
+            self.fail(node, f"tile dimension {tl_expr(e)} reads a launch-time value; Triton block shapes are fixed when the kernel compiles",
+                      "use a power-of-two parameter (the checker reports this as TL314)")
         self.fail(node, f"tile dimension {tl_expr(e)} is not a parameter, a number or a head dim", "write tiles as (BM, D), (BN, Dv), (BM) with power-of-two parameters")
 
     def block_value(self, dim: str) -> int:
@@ -477,6 +485,9 @@ class KernelEmitter:
         var = self.name(s.var, s)
         start, stop = self.dev(s.start), self.dev(s.stop)
         if s.stages is not None:
+            if n.expr_names(s.stages) & self.launch:
+                self.fail(s.stages, "the pipeline depth reads a launch-time value; Triton needs it when it compiles the kernel",
+                          "use a parameter or a number (the checker reports this as TL314)")
             ws = ", warp_specialize=True" if self.ws else ""
             self.emit(f"for {var} in tl.range({start}, {stop}, num_stages={self.dev(s.stages)}{ws}):")
         else:

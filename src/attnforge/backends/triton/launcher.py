@@ -1,16 +1,18 @@
 """The host side of a generated module: ``launch(q, k, v, o, lse, *, scalars...)``.
 
 It reads the sizes off the tensors, checks every argument (``runtime.check_arguments``),
-allocates scratch, builds TMA descriptors where the kernels read through them, and launches
-each kernel of the program in order on its flattened grid.
+computes the launch-time values (a split-KV program's split count, by ``splits.split_count`` for
+these sizes and the device's SM count), allocates scratch, builds TMA descriptors where the
+kernels read through them, and launches each kernel of the program in order on its flattened grid.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...abi import ARG_SHAPES, INT_SCALARS, SIZE_ARGS
+from ...abi import ARG_SHAPES, HEAD_DIM_NAMES, INT_SCALARS, SIZE_ARGS
 from ...dtypes import TORCH_NAMES
+from ...errors import Position, TranslateError
 from ...tl import nodes as n
 from . import exprs
 from .emit import INDENT, stride_names
@@ -32,6 +34,7 @@ class KernelInfo:
     num_stages: int
     descriptors: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (argument, tensor, block shape)
     persistent: bool = False
+    launch: tuple[str, ...] = ()  # launch-time values (a split count): i32 arguments after the scalars
 
     def signature(self, stride_one: bool = True) -> tuple[dict[str, str], dict[str, object]]:
         """Triton compile signature and constants: (arg -> type, constexpr arg -> value).
@@ -51,6 +54,7 @@ class KernelInfo:
                 const[names[-1]] = 1
         sig.update({s: "i32" for s in SIZE_ARGS})
         sig.update({s: "i32" if s in INT_SCALARS else "fp32" for s in self.scalars})
+        sig.update({name: "i32" for name in self.launch})
         for name, value in self.constexprs.items():
             sig[name] = "constexpr"
             const[name] = value
@@ -65,13 +69,14 @@ class KernelInfo:
 
     @property
     def unspecialised(self) -> frozenset[str]:
-        """Arguments the JIT must not specialise on (``do_not_specialize``): the sizes and window
-        lengths, which change from call to call, and the outer strides of the LSE (B, Hq, Sq),
-        which follow Sq. Specialising on them (a value of 1, a multiple of 16) would compile a
-        new kernel for new lengths; the LSE is stored one value per row, so knowing its strides
-        are multiples of 16 buys nothing."""
+        """Arguments the JIT must not specialise on (``do_not_specialize``): the sizes, window
+        lengths and launch-time values (a split count), which change from call to call, and the
+        outer strides of the LSE (B, Hq, Sq), which follow Sq. Specialising on them (a value of 1,
+        a multiple of 16) would compile a new kernel for new lengths or split counts; the LSE is
+        stored one value per row, so knowing its strides are multiples of 16 buys nothing."""
         lse = stride_names("lse", self.ranks["lse"])[:-1] if "lse" in self.tensors else []
-        return frozenset(SIZE_ARGS) | frozenset(s for s in self.scalars if s in INT_SCALARS) | frozenset(lse)
+        return (frozenset(SIZE_ARGS) | frozenset(s for s in self.scalars if s in INT_SCALARS) | frozenset(lse)
+                | frozenset(self.launch))
 
 
 def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> list[str]:
@@ -99,9 +104,18 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
         if name in scalars:
             lines.append(f'{INDENT}{name} = window_bound("{name}", {name}, Sq, Sk)')
     allocated: set[str] = set()
+    computed: set[str] = set()
     for index, info in enumerate(infos):
         kernel = next(k for k in program.kernels if k.name == info.name)
-        ctx = exprs.ExprContext({**{s: s for s in SIZE_ARGS + ('D', 'Dv')}, **{p: str(v) for p, v in info.params.items()}}, file=file)
+        names = {**{s: s for s in SIZE_ARGS + HEAD_DIM_NAMES + tuple(info.scalars)}, **{p: str(v) for p, v in info.params.items()}}
+        ctx = exprs.ExprContext(names, file=file)
+        for v in kernel.launch:
+            if v.name not in computed:  # kernels that share a value compute it alike (the checker's TL110): once per call
+                computed.add(v.name)
+                _check_host_name(v, kernel, {k.name for k in program.kernels} | {sc.name for k in program.kernels for sc in k.scratch}, file)
+                lines.append(f"{INDENT}# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)")
+                lines.append(f"{INDENT}{v.name} = split_count({exprs.host(v.programs, ctx)}, {exprs.host(v.tiles, ctx)}, program_slots(q.device))")
+        ctx.names.update({name: name for name in computed})
         for sc in kernel.scratch:
             if sc.name in info.tensors and sc.name not in allocated:
                 allocated.add(sc.name)
@@ -117,10 +131,24 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
         groups = [
             ", ".join(list(info.tensors) + [d[0] for d in info.descriptors]),
             ", ".join(f"*{t}.stride()" for t in info.tensors),
-            ", ".join(SIZE_ARGS + info.scalars),
+            ", ".join(SIZE_ARGS + info.scalars + info.launch),
         ]
         lines.append(f"{INDENT}launch_kernel({info.name}, ({grid},), (")
         lines += [f"{INDENT * 2}{g}," for g in groups if g]
         lines.append(f"{INDENT}), dict({', '.join(f'{c}={v}' for c, v in info.constexprs.items())}),")
         lines.append(f"{INDENT * 2}num_warps={info.num_warps}, num_stages={info.num_stages}, slots=slots, index={index})")
     return lines
+
+
+# Names ``launch()`` already binds: a launch-time value of one of these names would overwrite it.
+_HOST_NAMES = frozenset({*ARG_SHAPES, *SIZE_ARGS, *HEAD_DIM_NAMES, "checked", "slots", "points", "torch", "triton", "tl",
+                         "HEAD_DIM", "HEAD_DIM_V", "TENSOR_DTYPES", "TL_SOURCE", "check_arguments", "launch_kernel",
+                         "program_slots", "split_count", "tma_descriptor", "window_bound", "window_left", "window_right"})
+
+
+def _check_host_name(v: n.Launch, kernel: n.Kernel, taken: set[str], file: str | None) -> None:
+    """A launch-time value is a local of ``launch()``: refuse a name that clashes with another one
+    (``taken``: the program's kernel and scratch names; TMA descriptors end in ``_desc``)."""
+    if v.name in _HOST_NAMES or v.name in taken or v.name.endswith("_desc"):
+        raise TranslateError(f"{kernel.name}: the launch-time value {v.name!r} clashes with a name of the generated launcher",
+                             where=Position(v.line, v.col, file), hint="rename it in the TL program (NSPLIT, say)")

@@ -6,6 +6,7 @@ torch and Triton are imported here once, not on every launch.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...errors import LaunchError
+from ...splits import INTERPRETER_SM_COUNT
 from ...targets import tma_can_read
 from .direct import DirectLaunch
 
@@ -34,8 +36,17 @@ def tma_descriptor(t: torch.Tensor, name: str, block: list[int], *, checked: boo
 
 
 def program_slots(device: torch.device) -> int:
-    """Programs a persistent launch starts: one per SM (a few in the CPU interpreter)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    """The device's SM count: the programs a persistent launch starts (one per SM), and what the
+    split-KV rule fills. In the CPU interpreter, ``splits.INTERPRETER_SM_COUNT`` (a few)."""
+    if device.type != "cuda":
+        return INTERPRETER_SM_COUNT
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    # cached: a decode launch asks on every call, and a device's properties never change
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 class _Slot:

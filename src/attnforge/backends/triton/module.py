@@ -28,7 +28,7 @@ from .emit import INDENT, KernelEmitter, stride_names
 from .launcher import KernelInfo, launcher
 from .rules import refusal
 
-RUNTIME_IMPORTS = "check_arguments", "window_bound"
+RUNTIME_IMPORTS = "check_arguments", "split_count", "window_bound"
 LAUNCH_IMPORTS = "launch_kernel", "program_slots", "tma_descriptor"
 
 
@@ -61,7 +61,8 @@ def _kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v
     args = [f"{t}_ptr" for t in facts.tensors] + list(em.descriptors.values())
     for t in facts.tensors:
         args += stride_names(t, facts.ranks[t])
-    args += list(SIZE_ARGS) + list(kernel.scalars) + [f"{c}: tl.constexpr" for c in constexprs]
+    launch = tuple(v.name for v in facts.launch)
+    args += list(SIZE_ARGS) + list(kernel.scalars) + list(launch) + [f"{c}: tl.constexpr" for c in constexprs]
     tl_lines = print_kernel(kernel)
     tl_lines = tl_lines[: tl_lines.index("")] if "" in tl_lines else tl_lines
     doc = [INDENT + '"""TL kernel ' + kernel.name + ':', ""] + [INDENT + line for line in tl_lines] + [INDENT + '"""']
@@ -71,7 +72,7 @@ def _kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v
         num_warps=facts.num_warps, num_stages=facts.num_stages,
         descriptors=tuple((name, tensor, (1,) * (facts.ranks[tensor] - len(dims)) + tuple(em.block_value(d) for d in dims))
                           for (tensor, dims), name in em.descriptors.items()),
-        persistent=em.persistent,
+        persistent=em.persistent, launch=launch,
     )
     unspecialised = ", ".join(f'"{a}"' for a in args if a in info.unspecialised)  # the ahead-of-time compile agrees
     header = [f"@triton.jit(do_not_specialize=({unspecialised}))", f"def {kernel.name}("] + [INDENT + a + "," for a in args] + ["):"]

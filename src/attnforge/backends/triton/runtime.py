@@ -1,5 +1,6 @@
-"""The argument checks generated Triton launchers run (plain Python, no Triton import: the CUDA
-backend's launchers run them too).
+"""The argument checks generated Triton launchers run, and the split-KV rule (``split_count``,
+re-exported from its one home, ``attnforge.splits``): plain Python, no Triton import (the CUDA
+backend's launchers run the checks too).
 
 Generated launchers import these (``from attnforge.backends.triton.runtime import ...``), so
 the checks are ordinary, tested Python rather than source strings pasted into every module.
@@ -13,6 +14,7 @@ from typing import Any
 
 from ...abi import ARG_SHAPES
 from ...errors import LaunchError
+from ...splits import split_count
 
 
 def check_arguments(tensors: dict[str, Any], head_dim: int, head_dim_v: int, dtypes: dict[str, Any]) -> None:
@@ -52,3 +54,6 @@ def window_bound(name: str, value: int, Sq: int, Sk: int) -> int:
     if value < 0:
         raise LaunchError(f"{name} must be >= 0, got {value}", where=name)
     return min(int(value), Sq + Sk)
+
+
+__all__ = ["check_arguments", "split_count", "window_bound"]
