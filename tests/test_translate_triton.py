@@ -441,3 +441,73 @@ def test_generated_module_loads_and_reports_its_specialisation(tmp_path):
     q = torch.zeros(1, 2, 5, 64, dtype=torch.float16)  # wrong head dim: refused before launching
     with pytest.raises(ValueError, match="head dims"):
         kernel(q, q, torch.zeros(1, 2, 5, 96, dtype=torch.float16))
+
+
+# ---------------------------------------------------------------- the base-2 online softmax
+
+def _base2(source: str):
+    from attnforge.analysis import base2_softmax
+
+    kernel = parse(source).kernels[0]
+    return base2_softmax(kernel, frozenset(kernel.scalars) | {"BM", "BN"})
+
+
+_SOFTMAX_TL = """kernel k
+target sm_90
+dtype qkv = fp16, acc = fp32, out = fp16
+param BM = 64, BN = 64, warps = 4, stages = 1
+scalar scale
+grid b : B, h : Hq, m : cdiv(Sq, BM)
+
+Allocate Q in global (Sq, D) at q[b, h]
+Allocate K in global (Sk, D) at k[b, h]
+Allocate V in global (Sk, Dv) at v[b, h]
+Allocate O in global (Sq, Dv) at o[b, h]
+Allocate LSE in global (Sq) at lse[b, h]
+Allocate m_i in register (BM) : acc = -inf
+Allocate l_i in register (BM) : acc = 0
+Allocate O_acc in register (BM, Dv) : acc = 0
+Copy Q (BM, D) at [m, 0] from global to register Qr
+for j = 0 : cdiv(Sk, BN)
+    Copy K (BN, D) at [j, 0] from global to register Kr
+    Compute GEMM Qr, Kr^T and get S
+    MODS
+    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P
+    Compute Cast P to qkv
+    Copy V (BN, Dv) at [j, 0] from global to register Vr
+    Compute GEMM P, Vr and accumulate O_acc
+end
+Compute Normalize O_acc by l_i and get O_r
+Compute LogSumExp m_i, l_i and get lse_r
+Copy O_r (BM, Dv) at [m, 0] from register to global O
+Copy lse_r (BM) at [m] from register to global LSE
+"""
+
+
+@pytest.mark.parametrize("mods, base2", [
+    ("Compute Multiply S, scale\n    Compute Mask S keep kv_idx < Sk", True),  # masks keep -inf under a positive factor
+    ("Compute Multiply S, scale", True),
+    ("Compute Multiply S, scale\n    Compute ScoreMod S with 30 * tanh(score / 30)", False),  # a softcap after the scale: exp of the capped score
+    ("Compute Mask S keep kv_idx < Sk", False),  # no scale to fold log2(e) into
+    ("Compute Multiply S, m_i", False),  # a factor that is a tile, not a scale
+])
+def test_an_online_softmax_runs_in_base_2_only_behind_a_scale(mods, base2):
+    plan = _base2(_SOFTMAX_TL.replace("MODS", mods))
+    assert bool(plan.softmaxes) == base2 and (plan.states == {"m_i"}) == base2
+
+
+def test_a_running_max_read_elsewhere_stays_in_nats():
+    source = _SOFTMAX_TL.replace("MODS", "Compute Multiply S, scale").replace(
+        "Compute Normalize O_acc by l_i and get O_r", "Compute Normalize O_acc by l_i and get O_r\nCompute Add m_i, 1.0 and get m_next")
+    assert not _base2(source).states
+
+
+def test_base_2_kernels_match_the_reference_in_the_interpreter(tmp_path):
+    """The folded scale, exp2 and the LSE converted back: the same O and LSE as the spec's reference."""
+    spec = AttentionSpec(heads=2, kv_heads=1, head_dim=32, dtype="fp16", causal=True, seqlen_q=40, seqlen_k=70, scale=-0.3)  # any sign
+    from attnforge.generate import generate
+
+    result = generate(spec, H100, tmp_path / "out")
+    source = (tmp_path / "out" / "kernel_triton.py").read_text()
+    assert "tl.math.exp2(S - m_i_safe[:, None])" in source and "m_i * 0.6931471805599453 + tl.log(l_i)" in source
+    assert result.verified, result.error

@@ -68,15 +68,15 @@ def _read_after(block: tuple[n.Stmt, ...], i: int, name: str) -> bool:
     return False
 
 
-def base2_softmax(kernel: n.Kernel, tiles: frozenset[str]) -> Base2:
-    """The base-2 plan of ``kernel``; ``tiles``: names that are tiles (a factor that is one of
-    them is not a scalar scale)."""
+def base2_softmax(kernel: n.Kernel, scalars: frozenset[str]) -> Base2:
+    """The base-2 plan of ``kernel``; ``scalars``: the names a scale may be made of (the
+    kernel's scalars, parameters and sizes: a factor that reads a tile is not a scale)."""
     folds: dict[str, list[tuple[n.OnlineSoftmax, n.Elementwise | None]]] = {}
     for block in _blocks(kernel.body):
         for i, s in enumerate(block):
             if isinstance(s, n.OnlineSoftmax):
                 scale = _scale_of(block, i, s.scores)
-                if scale is not None and (n.expr_names(scale.args[1]) & tiles or _read_after(block, i, s.scores)):
+                if scale is not None and (not n.expr_names(scale.args[1]) <= scalars or _read_after(block, i, s.scores)):
                     scale = None
                 folds.setdefault(s.row_max, []).append((s, scale))
     multiplies, softmaxes, states = set(), set(), set()

@@ -182,7 +182,7 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
         end[key] = max(end.get(key, i), i)
     # uses: any statement naming the tile extends the life of the value current there
     for i, s in enumerate(order):
-        for name in _stmt_reads(s):
+        for name in stmt_reads(s):
             history = versions.get(name)
             if history:
                 current = [key for at, key, _ in history if at <= i]
@@ -209,7 +209,8 @@ def _fresh(s: n.Stmt) -> bool:
     return isinstance(s, (n.Allocate, n.Copy, n.OnlineSoftmax, n.Normalize, n.LogSumExp))
 
 
-def _stmt_reads(s: n.Stmt) -> set[str]:
+def stmt_reads(s: n.Stmt) -> set[str]:
+    """The names a statement reads (tiles, states, accumulators; not the indices of a mask)."""
     if isinstance(s, n.Copy):
         return {s.src}
     if isinstance(s, n.Gemm):

@@ -14,7 +14,7 @@ import keyword
 from typing import NoReturn
 
 from ...abi import INT_SCALARS, SIZE_ARGS
-from ...analysis import KernelFacts, Scope, Tile, View, multiplies_indices, nonnegative
+from ...analysis import LN2, LOG2E, KernelFacts, Scope, Tile, View, base2_softmax, multiplies_indices, nonnegative
 from ...errors import Position, TranslateError
 from ...sizes import is_pow2, next_pow2
 from ...tl import nodes as n
@@ -61,6 +61,8 @@ class KernelEmitter:
             self.scope.generated |= {f"{t}_ptr", *stride_names(t, facts.ranks[t])}
         self.scope.generated |= {"D_PAD", "DV_PAD", "pid", "tile", "num_tiles"} | {f"{t}_desc" for t in TMA_TENSORS}
         self.floats = frozenset({s for s in kernel.scalars if s not in INT_SCALARS} | {"score"})
+        # online softmaxes fed straight by `Multiply S, scale` run in base 2 (analysis/softmax.py)
+        self.base2 = base2_softmax(kernel, frozenset(kernel.scalars) | frozenset(facts.params) | frozenset(SIZE_ARGS) | {"D", "Dv"})
         for v in facts.launch:
             self.name(v.name, v)  # an argument of the kernel: a Python name that clashes with nothing generated
 
@@ -369,6 +371,9 @@ class KernelEmitter:
                 self.fail(s, f"{s.op} needs a 2-d tile")
             value = f"tl.{'max' if s.op == 'RowMax' else 'sum'}({ops[0]}, axis=1)"
             out = Tile(first.dims[:1], first.fmt, first.rows, None, heads=first.heads)
+        elif id(s) in self.base2.multiplies:
+            value = f"{ops[0]} * ({ops[1]} * {LOG2E})"
+            self.emit("# log2(e) folded into the scale: the online softmax below runs in base 2 (exp2)")
         else:
             value = _ELEMENTWISE[s.op].format(*ops)
             if s.op == "Tanh":
@@ -447,9 +452,10 @@ class KernelEmitter:
         m_new, m_safe, alpha = self.scope.fresh(f"{m}_new"), self.scope.fresh(f"{m}_safe"), self.scope.fresh(f"{m}_alpha")
         self.emit(f"{m_new} = tl.maximum({m}, {f'tl.max({s.scores}, axis=1)' if two_d else s.scores})")
         self.emit(f'{m_safe} = tl.where({m_new} == float("-inf"), 0.0, {m_new})  # nothing visible yet: weights stay 0')
-        self.emit(f"{alpha} = tl.exp({m} - {m_safe})")
+        exp = "tl.math.exp2" if id(s) in self.base2.softmaxes else "tl.exp"  # base 2: scores and max carry log2(e)
+        self.emit(f"{alpha} = {exp}({m} - {m_safe})")
         out = self.name(s.out, s)
-        self.emit(f"{out} = tl.exp({s.scores} - {m_safe}{'[:, None]' if two_d else ''})")
+        self.emit(f"{out} = {exp}({s.scores} - {m_safe}{'[:, None]' if two_d else ''})")
         self.emit(f"{l} = {l} * {alpha} + {f'tl.sum({out}, axis=1)' if two_d else out}")
         for acc in s.rescale:
             self.emit(f"{acc} = {acc} * {alpha}{'[:, None]' if self.tile(acc, s).rank == 2 else ''}")
@@ -471,7 +477,8 @@ class KernelEmitter:
         m = self.tile(s.row_max, s)
         self.tile(s.row_sum, s)
         out = self.name(s.out, s)
-        self.emit(f'{out} = tl.where({s.row_sum} > 0, {s.row_max} + tl.log({s.row_sum}), float("-inf"))')
+        m_nat = f"{s.row_max} * {LN2}" if s.row_max in self.base2.states else s.row_max  # a base-2 running max back to nats
+        self.emit(f'{out} = tl.where({s.row_sum} > 0, {m_nat} + tl.log({s.row_sum}), float("-inf"))')
         self.scope.tiles[s.out] = Tile(m.dims, "fp32", m.rows, None, heads=m.heads)
 
     def s_Reshape(self, s: n.Reshape) -> None:
