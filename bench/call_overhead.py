@@ -164,12 +164,27 @@ def main() -> None:
                 row["graph_equal"], row["graph_replay_us"], row["graph_error"] = False, float("nan"), f"{type(err).__name__}: {err}"[:300]
                 print(f"{name}: CUDA graph failed: {row['graph_error']}")
         rows.append(row)
+    # a launch hook (a profiler) sends hits through Triton's JIT with the checked path's descriptors: same output
+    from triton import knobs
+
+    q = torch.randn(2, 8, 300, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    with torch.no_grad():
+        plain = attnforge.attention(q, k, v, causal=True)
+        calls = []
+        hook = lambda metadata: calls.append(1)  # noqa: E731
+        knobs.runtime.launch_enter_hook.add(hook)
+        try:
+            hooked = attnforge.attention(q, k, v, causal=True)
+        finally:
+            knobs.runtime.launch_enter_hook.remove(hook)
+        torch.cuda.synchronize()
+    hook_row = {"hooked_equal": bool(torch.equal(plain, hooked)), "hook_calls": len(calls)}
+    print(f"with a launch hook: output equal {hook_row['hooked_equal']}, hook called {hook_row['hook_calls']} time(s)")
     # where the host time of a dispatch-cache hit goes: cProfile over many calls of the first shape
     import cProfile
     import io
     import pstats
-
-    from triton import knobs
 
     print(f"triton launch_enter_hook: {knobs.runtime.launch_enter_hook!r}")
     q = torch.randn(1, 8, 128, 64, device="cuda", dtype=torch.float16)
@@ -190,7 +205,7 @@ def main() -> None:
               f"{r['sdpa_kernel_us']:8.1f} {str(r['graph_equal']):>6} {r['graph_replay_us']:7.1f}  rel err {r['hit_rel_err']:.1e}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "rows": rows, "launch_hook": hook_row}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,16 @@ from ...splits import INTERPRETER_SM_COUNT
 from ...targets import tma_can_read
 from .direct import DirectLaunch
 
+_new = object.__new__
+
 
 def tma_descriptor(t: torch.Tensor, name: str, block: list[int], *, checked: bool = False) -> TensorDescriptor:
     """A TMA descriptor over the whole tensor ``t`` with ``block``-shaped boxes. ``checked``: an
     earlier call with the same shapes, strides and alignment built one (attention()'s dispatch
     cache), so the checks are skipped, Triton's own included."""
-    if checked:
-        desc = object.__new__(TensorDescriptor)  # the dataclass without its __post_init__ assertions
-        desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = t, list(t.shape), list(t.stride()), block, "zero"
+    if checked:  # the dataclass without its __post_init__ assertions, its fields set at once
+        desc = _new(TensorDescriptor)
+        desc.__dict__ = {"base": t, "shape": list(t.shape), "strides": list(t.stride()), "block_shape": block, "padding": "zero"}
         return desc
     if not tma_can_read(t.stride(), t.element_size(), t.data_ptr()):
         raise LaunchError(f"{name} is read through TMA, which needs a unit inner stride, 16-byte aligned strides and data; "
@@ -72,8 +74,8 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     its C launcher (``direct.DirectLaunch``). Launch hooks (profilers), the interpreter, and a
     current device other than the one the kernel was recorded on always take the JIT's path."""
     slot: _Slot | None = slots[index] if slots is not None and index < len(slots) else None
-    jit = type(fn) is JITFunction or isinstance(fn, JITFunction)
-    device = torch.cuda.current_device() if jit else None
+    jit = isinstance(fn, JITFunction)
+    device = torch._C._cuda_getDevice() if jit else None  # torch.cuda.current_device() without its lazy-init check
     # the recorded kernel is loaded on the device that was current when it was recorded
     if slot is None or slot.device != device or knobs.runtime.launch_enter_hook.calls or not jit:
         kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
