@@ -310,10 +310,12 @@ def _split_launch(programs: str) -> str:
     return f"launch NSPLIT = splits({programs}, cdiv(Sk, BN))"
 
 
-def _combine_params(params: dict[str, int]) -> dict[str, int]:
+def _combine_params(spec: AttentionSpec, params: dict[str, int]) -> dict[str, int]:
     """The combine kernel's parameters: its rows, and BN because its split rule reads it (so
-    ``--param BN=32`` moves the split count of both kernels alike)."""
-    return {"BM": params["BM"], "BN": params["BN"], "warps": 4}
+    ``--param BN=32`` moves the split count of both kernels alike). Its merged accumulator and
+    the partial output it reads are BM x Dv fp32 each, in registers: past 64 x 64 it takes 8
+    warps (64 x 128 on 4 warps spilled on sm_90: 168 registers and 8 B of local memory)."""
+    return {"BM": params["BM"], "BN": params["BN"], "warps": 8 if params["BM"] * spec.head_dim_v > 4096 else 4}
 
 
 def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
@@ -333,7 +335,7 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
     lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(params), scores=False, launch=launch),
+    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch),
               "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
     lines += _combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")
     return "\n".join(lines) + "\n"
@@ -358,7 +360,7 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     lines += _query_block(spec, f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]", packed=True)
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(params), scores=False, launch=launch),
+    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch),
               f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
     pack = f" pack {_G}"
     lines += _combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
