@@ -40,11 +40,12 @@ def _c_entry(launch: Any) -> Optional[Any]:
 class DirectLaunch:
     """One compiled kernel and its C launcher, ready to launch on a call's arguments."""
 
-    __slots__ = ("c_launch", "head", "tail", "positions", "metas", "maps", "expand")
+    __slots__ = ("c_launch", "head", "tail", "positions", "metas", "blocks", "maps", "expand")
 
-    def __init__(self, c_launch: Any, head: tuple, tail: tuple, positions: tuple[int, ...], metas: tuple, expand: Any):
+    def __init__(self, c_launch: Any, head: tuple, tail: tuple, positions: tuple[int, ...], metas: tuple, blocks: tuple,
+                 expand: Any):
         self.c_launch, self.head, self.tail = c_launch, head, tail
-        self.positions, self.metas, self.expand = positions, metas, expand
+        self.positions, self.metas, self.blocks, self.expand = positions, metas, blocks, expand
         self.maps: dict[tuple[int, int], list] = {}
 
     @classmethod
@@ -67,26 +68,36 @@ class DirectLaunch:
             return None
         # (function, cooperative, pdl, global scratch, profile scratch, metadata, launch metadata, enter hook, exit hook)
         head = (kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None, kernel.packed_metadata, None, None, None)
-        return cls(c_launch, head, tuple(tail), positions, metas, make_tensordesc_arg)
+        blocks = tuple((list(args[i].block_shape), args[i].padding) for i in positions)  # the boxes, for a replay's tensors
+        return cls(c_launch, head, tuple(tail), positions, metas, blocks, make_tensordesc_arg)
 
-    def _descriptor(self, position: int, desc: TensorDescriptor, meta: Any) -> list:
+    def _descriptor(self, position: int, arg: Any, meta: Any, block: tuple[list[int], str]) -> list:
+        """The expanded arguments of a descriptor, given as a TensorDescriptor or (a replay) as
+        the tensor it describes, with this position's recorded box."""
+        base = arg if isinstance(arg, torch.Tensor) else arg.base
         if meta is None:  # a descriptor the compiler lowered to pointer arithmetic: nothing to encode
-            return self.expand(desc, meta)
-        key = (position, desc.base.data_ptr())
+            return self.expand(self._full(arg, block), meta)
+        key = (position, base.data_ptr())
         found = self.maps.get(key)
         if found is None:
             if len(self.maps) >= MAPS_KEPT:
                 self.maps.clear()
-            found = self.maps[key] = self.expand(desc, meta)
+            found = self.maps[key] = self.expand(self._full(arg, block), meta)
         return found
+
+    @staticmethod
+    def _full(arg: Any, block: tuple[list[int], str]) -> TensorDescriptor:
+        if isinstance(arg, TensorDescriptor):
+            return arg
+        return TensorDescriptor(arg, list(arg.shape), list(arg.stride()), block[0], block[1])
 
     def __call__(self, grid: tuple[int, ...], args: tuple, device: int) -> None:
         final: list = [grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
                        torch._C._cuda_getCurrentRawStream(device), *self.head]
         start = 0
-        for position, meta in zip(self.positions, self.metas):
+        for position, meta, block in zip(self.positions, self.metas, self.blocks):
             final += args[start:position]
-            final += self._descriptor(position, args[position], meta)
+            final += self._descriptor(position, args[position], meta, block)
             start = position + 1
         final += args[start:]
         final += self.tail

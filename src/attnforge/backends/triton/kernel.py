@@ -119,12 +119,15 @@ class GeneratedKernel:
     def checked_launch(self, slots: list, **scalars) -> Optional[Callable[..., None]]:
         """For the later calls of a key whose first launch passed every check: the module's
         launch with the checks skipped, bound to the key's ``slots`` and scalars, called as
-        ``fn(q, k, v, o, lse[, alibi_slopes=...])``. None for modules without these options
+        ``fn(q, k, v, o, lse[, alibi_slopes=...])``, which records the launches of its first call and
+        replays them after (``replay.KeyLaunch``). None for modules without these options
         (written by a model, or by an older attnforge) and in the interpreter: they keep
         ``launch`` and its checks."""
         if self.interpret or not LAUNCH_OPTIONS <= self.accepts:
             return None
-        return functools.partial(self.module.launch, checked=True, slots=slots, **scalars)
+        from .replay import KeyLaunch
+
+        return KeyLaunch(functools.partial(self.module.launch, checked=True, slots=slots, **scalars), scalars.get("alibi_slopes"))
 
     def _check_tensors(self, tensors: dict[str, object]) -> None:
         """Each argument a torch tensor with the ABI's number of dims, on this kernel's device:

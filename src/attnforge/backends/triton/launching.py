@@ -7,7 +7,8 @@ torch and Triton are imported here once, not on every launch.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Optional
 
 import torch
 from triton import knobs
@@ -51,6 +52,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+# While a key's call is being recorded (``replay.KeyLaunch``), each of its launches appends
+# (direct launch or None, grid, arguments) here: per thread and task.
+recording: ContextVar[Optional[list]] = ContextVar("attnforge_launch_recording", default=None)
+
+
 class _Slot:
     """The compiled kernel one launch of a dispatch key recorded, on the device it was loaded on."""
 
@@ -77,7 +83,10 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     jit = isinstance(fn, JITFunction)
     device = torch._C._cuda_getDevice() if jit else None  # torch.cuda.current_device() without its lazy-init check
     # the recorded kernel is loaded on the device that was current when it was recorded
+    trace = recording.get() if slots is not None else None
     if slot is None or slot.device != device or knobs.runtime.launch_enter_hook.calls or not jit:
+        if trace is not None:
+            trace.append((None, grid, args))  # through the JIT: not replayable
         kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         if slots is not None and jit and slot is None:
             slots.extend([None] * (index + 1 - len(slots)))
@@ -85,6 +94,8 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
             tail = tuple(constexprs[name] for name in fn.arg_names[len(args):])
             slots[index] = _Slot(kernel, tail, device, DirectLaunch.record(kernel, args, tail))
         return
+    if trace is not None:
+        trace.append((slot.direct, grid, args))
     if slot.direct is not None:
         slot.direct(grid, args, device)
         return

@@ -1,0 +1,117 @@
+"""A dispatch-cache key's launches, recorded once and replayed with each call's tensors.
+
+What a generated launcher computes for a call -- sizes, strides, the grids, window bounds, the
+split count, the scratch shapes -- follows from ``attention()``'s dispatch key (shapes, strides,
+dtypes, alignment, scalars, the device), never from the tensors' addresses. So once one checked
+call of a key has run, later calls need only its kernel launches with their own tensors put in:
+``Replay`` keeps, per launch, the direct launch (``direct.DirectLaunch``), the grid and the
+argument list, and where in the list the call's tensors, fresh scratch buffers and the tensors
+behind TMA descriptors go. Descriptors are passed as their tensors; the direct launch encodes a
+tensor map per address (and keeps it).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .direct import DirectLaunch
+from .launching import recording
+
+# where a tensor argument comes from: ("call", i) the call's i-th tensor, ("scratch", j) the j-th buffer allocated per call
+Source = tuple[str, int]
+
+
+class Replay:
+    """The recorded launches of one key; ``replay(tensors)`` runs them on a call's tensors."""
+
+    __slots__ = ("launches", "scratch", "device")
+
+    def __init__(self, launches: list[tuple[DirectLaunch, tuple[int, ...], list, list[tuple[int, Source]]]],
+                 scratch: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]], device: int):
+        self.launches, self.scratch, self.device = launches, scratch, device
+
+    @classmethod
+    def record(cls, trace: Sequence[tuple[Optional[DirectLaunch], tuple[int, ...], tuple]], tensors: Sequence[torch.Tensor],
+               device: int) -> Optional["Replay"]:
+        """From the launches of one call (``trace``: direct launch or None, grid, arguments) and
+        the call's tensors. None when a launch went through Triton's JIT, when one tensor was
+        passed as two of the call's, or when a tensor argument is neither one of the call's nor a
+        buffer of its own (a view of an input made by the launcher would be replayed wrongly, so
+        nothing is replayed)."""
+        if not trace or any(direct is None for direct, _, _ in trace):
+            return None
+        calls = {id(t): i for i, t in enumerate(tensors)}
+        if len(calls) != len(tensors):  # one tensor passed as two (k is v): which position takes which later is unknown
+            return None
+        storages = {t.untyped_storage().data_ptr() for t in tensors}
+        scratch: list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype]] = []
+        scratch_of: dict[int, int] = {}
+        launches = []
+        for direct, grid, args in trace:
+            template, subs = list(args), []
+            for position, arg in enumerate(args):
+                tensor = arg.base if isinstance(arg, TensorDescriptor) else arg
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                if id(tensor) in calls:
+                    source: Source = ("call", calls[id(tensor)])
+                elif isinstance(arg, TensorDescriptor) or tensor._base is not None or tensor.untyped_storage().data_ptr() in storages:
+                    return None
+                else:  # a buffer the launcher allocated for this call (split-KV's partial results)
+                    if id(tensor) not in scratch_of:
+                        scratch_of[id(tensor)] = len(scratch)
+                        scratch.append((tuple(tensor.shape), tensor.stride(), tensor.dtype))
+                    source = ("scratch", scratch_of[id(tensor)])
+                if isinstance(arg, TensorDescriptor) and position not in direct.positions:
+                    return None
+                template[position] = None
+                subs.append((position, source))
+            launches.append((direct, grid, template, subs))
+        return cls(launches, scratch, device)
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
+        device = tensors[0].device
+        fresh = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in self.scratch]
+        pools = {"call": tensors, "scratch": fresh}
+        for direct, grid, template, subs in self.launches:
+            args = list(template)
+            for position, (pool, index) in subs:
+                args[position] = pools[pool][index]
+            direct(grid, args, self.device)
+
+
+
+class KeyLaunch:
+    """The launch of one dispatch key after its first call passed every check: its first call here
+    runs the module's launcher (checks skipped) and records its launches; later calls replay
+    them. A launch hook (a profiler), another current device, or a call that could not be
+    recorded keep the launcher."""
+
+    __slots__ = ("launch", "slopes", "replay", "recorded")
+
+    def __init__(self, launch: Callable[..., None], slopes: Optional[torch.Tensor]):
+        self.launch, self.slopes = launch, slopes  # slopes: bound with the scalars, if any
+        self.replay: Optional[Replay] = None
+        self.recorded = False
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **per_call) -> None:
+        replay = self.replay
+        if replay is not None and not knobs.runtime.launch_enter_hook.calls and torch._C._cuda_getDevice() == replay.device:
+            replay((q, k, v, o, lse, per_call.get("alibi_slopes", self.slopes)))
+            return
+        if self.recorded or q.device.type != "cuda":
+            self.launch(q, k, v, o, lse, **per_call)
+            return
+        self.recorded = True
+        trace: list = []
+        token = recording.set(trace)
+        try:
+            self.launch(q, k, v, o, lse, **per_call)
+        finally:
+            recording.reset(token)
+        tensors = (q, k, v, o, lse, per_call.get("alibi_slopes", self.slopes))
+        self.replay = Replay.record(trace, [t for t in tensors if t is not None], torch._C._cuda_getDevice())

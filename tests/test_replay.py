@@ -1,0 +1,80 @@
+"""Replaying a dispatch-cache key's recorded launches (backends/triton/replay.py), without a GPU.
+
+A recording stand-in for each direct launch keeps what it was handed: a replay must hand every
+launch the arguments the recorded call's launcher built, with the call's tensors, fresh scratch
+buffers (one per buffer, shared between the launches that shared it) and the tensors behind
+descriptors put in, and must refuse to record what it could not replay faithfully.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from attnforge.backends.triton.replay import Replay
+
+
+class FakeDirect:
+    """Stands for ``DirectLaunch``: records (grid, args); descriptors at ``positions``."""
+
+    def __init__(self, positions: tuple[int, ...] = ()):
+        self.positions, self.calls = positions, []
+
+    def __call__(self, grid, args, device):
+        self.calls.append((grid, list(args), device))
+
+
+def _call(n_q: int = 16):
+    q = torch.randn(1, 2, n_q, 32)
+    k, v = torch.randn(1, 2, 24, 32), torch.randn(1, 2, 24, 32)
+    o, lse = torch.empty(1, 2, n_q, 32), torch.empty(1, 2, n_q)
+    return q, k, v, o, lse
+
+
+def test_a_replay_puts_the_new_calls_tensors_where_the_recorded_ones_were():
+    first, second = _call(), _call()
+    partial, combine = FakeDirect(positions=(5,)), FakeDirect()
+    q, k, v, o, lse = first
+    scratch = torch.empty(1, 4, 2, 16, 32)  # split-KV partial outputs: written by one kernel, read by the next
+    desc = TensorDescriptor(k, list(k.shape), list(k.stride()), [1, 1, 16, 32])
+    trace = [(partial, (8,), (q, k, v, scratch, lse, desc, 7, 0.5)), (combine, (2,), (scratch, o, lse, 7))]
+    replay = Replay.record(trace, first, device=0)
+    assert replay is not None
+    replay(second)
+    (grid1, args1, _), (grid2, args2, _) = partial.calls[0], combine.calls[0]
+    q2, k2, v2, o2, lse2 = second
+    assert grid1 == (8,) and grid2 == (2,)
+    assert args1[0] is q2 and args1[1] is k2 and args1[2] is v2 and args1[4] is lse2 and args2[1] is o2 and args2[2] is lse2
+    assert args1[5] is k2  # a descriptor's position gets its tensor: the direct launch encodes the map
+    assert args1[6:] == [7, 0.5] and args2[3] == 7
+    fresh = args1[3]
+    assert fresh is args2[0] and fresh is not scratch  # one new buffer per call, shared like the recorded one
+    assert fresh.shape == scratch.shape and fresh.stride() == scratch.stride() and fresh.dtype == scratch.dtype
+
+
+def test_a_launch_through_the_jit_is_not_replayed():
+    call = _call()
+    assert Replay.record([(FakeDirect(), (1,), call), (None, (1,), call)], call, device=0) is None
+
+
+@pytest.mark.parametrize("made_by_launcher", ["view_of_input", "descriptor_over_scratch", "descriptor_not_at_a_descriptor_position"])
+def test_what_a_replay_could_get_wrong_is_not_recorded(made_by_launcher):
+    q, k, v, o, lse = call = _call()
+    if made_by_launcher == "view_of_input":
+        args = (q.view(2, 16, 32), k, v, o, lse)  # a view the launcher made of q: not a buffer of its own
+        direct = FakeDirect()
+    elif made_by_launcher == "descriptor_over_scratch":
+        buf = torch.empty(4, 32)
+        args = (q, TensorDescriptor(buf, [4, 32], [32, 1], [4, 32]))
+        direct = FakeDirect(positions=(1,))
+    else:
+        args = (q, TensorDescriptor(k, list(k.shape), list(k.stride()), [1, 1, 16, 32]))
+        direct = FakeDirect(positions=())
+    assert Replay.record([(direct, (1,), args)], call, device=0) is None
+
+
+def test_a_call_that_passes_one_tensor_twice_is_not_recorded():
+    q, k, _, o, lse = _call()
+    call = (q, k, k, o, lse)  # k is v: a later call with two tensors could not tell which position took which
+    assert Replay.record([(FakeDirect(), (1,), call)], call, device=0) is None
