@@ -6,9 +6,12 @@ The TL harness (a program interpreted in float64 or rounded to a format) and ker
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where a bound is computed: numerics is imported by CPU-only checks
+    import torch
 
 # Bounds on O's relative error ||O - ref|| / ||ref|| by the format the GEMMs read
 # (None: an exact float64 run of a TL program; tf32: fp32 tensors read by tf32 tensor cores).

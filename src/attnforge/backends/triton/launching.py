@@ -78,12 +78,13 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     torch's allocator, aligned -- so it keeps one ``slots`` list per key: the first call goes
     through the JIT and records the kernel it launched, later calls launch that kernel through
     its C launcher (``direct.DirectLaunch``). Launch hooks (profilers), the interpreter, and a
-    current device other than the one the kernel was recorded on always take the JIT's path."""
+    current device other than the one the kernel was recorded on always take the JIT's path.
+    While ``recording`` holds a list, each launch is appended to it (``replay.KeyLaunch``)."""
     slot: _Slot | None = slots[index] if slots is not None and index < len(slots) else None
     jit = isinstance(fn, JITFunction)
     device = torch._C._cuda_getDevice() if jit else None  # torch.cuda.current_device() without its lazy-init check
-    # the recorded kernel is loaded on the device that was current when it was recorded
     trace = recording.get() if slots is not None else None
+    # the recorded kernel is loaded on the device that was current when it was recorded
     if slot is None or slot.device != device or knobs.runtime.launch_enter_hook.calls or not jit:
         if trace is not None:
             trace.append((None, grid, args))  # through the JIT: not replayable

@@ -84,7 +84,6 @@ class Replay:
             direct(grid, args, self.device)
 
 
-
 class KeyLaunch:
     """The launch of one dispatch key after its first call passed every check: its first call here
     runs the module's launcher (checks skipped) and records its launches; later calls replay
