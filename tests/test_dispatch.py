@@ -145,3 +145,13 @@ def test_alibi_slopes_of_another_stride_or_alignment_are_a_new_key(_fresh):
         out = attnforge.attention(q, k, v, alibi_slopes=slopes)
         assert relative_error(out.double().numpy(), ref) < 1e-4
     assert len(_fresh) == 3
+
+
+def test_a_lazily_negated_input_is_refused_every_time(_fresh):
+    z = torch.complex(torch.randn(1, 2, 16, 16), torch.randn(1, 2, 16, 16))
+    negated = z.conj().imag  # float32 whose negative bit is set: no copy was made
+    assert negated.is_neg()
+    q = torch.randn(1, 2, 16, 16)
+    for _ in range(2):
+        with pytest.raises(AttnforgeError, match="negative bit"):
+            attnforge.attention(negated, q, q)

@@ -12,7 +12,15 @@ import pytest
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from attnforge.backends.triton.launching import Recording, scratch
 from attnforge.backends.triton.replay import Replay
+
+
+def _recording(launches, scratch_buffers=()) -> Recording:
+    rec = Recording()
+    rec.launches.extend(launches)
+    rec.scratch.update(id(t) for t in scratch_buffers)
+    return rec
 
 
 class FakeDirect:
@@ -36,10 +44,10 @@ def test_a_replay_puts_the_new_calls_tensors_where_the_recorded_ones_were():
     first, second = _call(), _call()
     partial, combine = FakeDirect(positions=(5,)), FakeDirect()
     q, k, v, o, lse = first
-    scratch = torch.empty(1, 4, 2, 16, 32)  # split-KV partial outputs: written by one kernel, read by the next
+    buf = torch.empty(1, 4, 2, 16, 32)  # split-KV partial outputs: written by one kernel, read by the next
     desc = TensorDescriptor(k, list(k.shape), list(k.stride()), [1, 1, 16, 32])
-    trace = [(partial, (8,), (q, k, v, scratch, lse, desc, 7, 0.5)), (combine, (2,), (scratch, o, lse, 7))]
-    replay = Replay.record(trace, first, device=0)
+    trace = [(partial, (8,), (q, k, v, buf, lse, desc, 7, 0.5)), (combine, (2,), (buf, o, lse, 7))]
+    replay = Replay.record(_recording(trace, [buf]), first, device=0)
     assert replay is not None
     replay(second)
     (grid1, args1, _), (grid2, args2, _) = partial.calls[0], combine.calls[0]
@@ -49,32 +57,67 @@ def test_a_replay_puts_the_new_calls_tensors_where_the_recorded_ones_were():
     assert args1[5] is k2  # a descriptor's position gets its tensor: the direct launch encodes the map
     assert args1[6:] == [7, 0.5] and args2[3] == 7
     fresh = args1[3]
-    assert fresh is args2[0] and fresh is not scratch  # one new buffer per call, shared like the recorded one
-    assert fresh.shape == scratch.shape and fresh.stride() == scratch.stride() and fresh.dtype == scratch.dtype
+    assert fresh is args2[0] and fresh is not buf  # one new buffer per call, shared like the recorded one
+    assert fresh.shape == buf.shape and fresh.stride() == buf.stride() and fresh.dtype == buf.dtype
 
 
 def test_a_launch_through_the_jit_is_not_replayed():
     call = _call()
-    assert Replay.record([(FakeDirect(), (1,), call), (None, (1,), call)], call, device=0) is None
+    assert Replay.record(_recording([(FakeDirect(), (1,), call), (None, (1,), call)]), call, device=0) is None
 
 
-@pytest.mark.parametrize("made_by_launcher", ["view_of_input", "descriptor_over_scratch", "descriptor_not_at_a_descriptor_position"])
+@pytest.mark.parametrize("made_by_launcher", ["view_of_input", "copy_of_input", "descriptor_over_scratch", "descriptor_not_at_a_descriptor_position"])
 def test_what_a_replay_could_get_wrong_is_not_recorded(made_by_launcher):
     q, k, v, o, lse = call = _call()
-    if made_by_launcher == "view_of_input":
+    registered = []
+    if made_by_launcher == "copy_of_input":  # a buffer of its own, but holding q's values: a fresh one would not
+        args = (q.transpose(2, 3).contiguous(), k, v, o, lse)
+        direct = FakeDirect()
+    elif made_by_launcher == "view_of_input":
         args = (q.view(2, 16, 32), k, v, o, lse)  # a view the launcher made of q: not a buffer of its own
         direct = FakeDirect()
     elif made_by_launcher == "descriptor_over_scratch":
-        buf = torch.empty(4, 32)
+        buf = scratch_buffer = torch.empty(4, 32)
+        registered = [scratch_buffer]
         args = (q, TensorDescriptor(buf, [4, 32], [32, 1], [4, 32]))
         direct = FakeDirect(positions=(1,))
     else:
         args = (q, TensorDescriptor(k, list(k.shape), list(k.stride()), [1, 1, 16, 32]))
         direct = FakeDirect(positions=())
-    assert Replay.record([(direct, (1,), args)], call, device=0) is None
+    assert Replay.record(_recording([(direct, (1,), args)], registered), call, device=0) is None
+
+
+def test_scratch_is_noted_only_while_a_call_is_recorded():
+    from attnforge.backends.triton.launching import recording
+
+    buf = torch.empty(3)
+    assert scratch(buf) is buf
+    rec = Recording()
+    token = recording.set(rec)
+    try:
+        scratch(buf)
+    finally:
+        recording.reset(token)
+    assert rec.scratch == {id(buf)}
+
+
+def test_launch_hooks_of_either_kind_are_seen(monkeypatch):
+    from triton import knobs
+    from triton.knobs import HookChain
+
+    from attnforge.backends.triton.launching import launch_hooked
+
+    assert not launch_hooked()
+    chain = HookChain()
+    chain.add(lambda metadata: None)
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", chain)  # a profiler that only watches launches end
+    assert launch_hooked()
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", HookChain(reversed=True))
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)  # assigned, as older Triton code does
+    assert launch_hooked()
 
 
 def test_a_call_that_passes_one_tensor_twice_is_not_recorded():
     q, k, _, o, lse = _call()
     call = (q, k, k, o, lse)  # k is v: a later call with two tensors could not tell which position took which
-    assert Replay.record([(FakeDirect(), (1,), call)], call, device=0) is None
+    assert Replay.record(_recording([(FakeDirect(), (1,), call)]), call, device=0) is None

@@ -94,12 +94,17 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
     spec = _spec(q, k, v, scale=scale, causal=causal, causal_align=causal_align, window_left=window_left,
                  window_right=window_right, alibi=alibi_slopes is not None, softcap=softcap, score_mod=score_mod,
                  mask_mod=mask_mod, allow_tf32=allow_tf32)
+    q, k, v = (t.resolve_neg() for t in (q, k, v))  # traced graphs are not checked for lazily negated views: resolved here
     kernel = kernel_for(spec, q.device, backend=backend, tma=tma_compatible(q, k, v))
     o, lse = new_outputs(q, v, bshd=out_bshd)
     scalars: dict = spec.runtime_scalars()
     if alibi_slopes is not None:
         scalars["alibi_slopes"] = alibi_slopes
-    kernel.launch(q, k, v, o, lse, **scalars)
+    if q.is_cuda:
+        with torch.cuda.device(q.device):  # launched on q's device and its stream
+            kernel.launch(q, k, v, o, lse, **scalars)
+    else:
+        kernel.launch(q, k, v, o, lse, **scalars)
     return o, lse
 
 
@@ -130,6 +135,9 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
             raise AttnforgeError(f"{name} is {t.dtype}", where=name, hint="float16, bfloat16 or float32")
         if t.dtype != q.dtype or t.device != q.device:
             raise AttnforgeError(f"{name} is {t.dtype} on {t.device}, q is {q.dtype} on {q.device}", where=name, hint="q, k and v share one dtype and device")
+        if not torch.compiler.is_compiling() and t.is_neg():  # e.g. z.conj().imag: its memory holds the values with the opposite sign
+            raise AttnforgeError(f"{name} is a lazily negated view (its negative bit is set); a kernel would read it unnegated", where=name,
+                                 hint=f"pass {name}.resolve_neg()")
     if layout not in ("bhsd", "bshd"):
         raise AttnforgeError(f"layout = {layout!r}", where="layout", hint="'bhsd' (SDPA) or 'bshd' (FlashAttention)")
     axes = ("batch", "heads", "seq", "head_dim") if layout == "bhsd" else ("batch", "seq", "heads", "head_dim")
@@ -195,6 +203,8 @@ def _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, so
     what the tensors report, a few hundred nanoseconds each."""
     if not (type(q) is type(k) is type(v) is torch.Tensor) or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         return None
+    if q.is_neg() or k.is_neg() or v.is_neg():  # lazily negated views: the checks refuse them, every time
+        return None
     if isinstance(alibi_slopes, torch.Tensor):
         # the slopes are a pointer argument too: Triton specialises on their stride (1 or not) and
         # 16-byte alignment as on q's, and a hit launches the kernel the first call compiled
@@ -248,6 +258,12 @@ def attention(
         return _attention_traced(q, k, v, causal=causal, causal_align=causal_align, scale=scale, window=window, alibi_slopes=alibi_slopes,
                                  softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout,
                                  return_lse=return_lse, backend=backend)
+    if isinstance(q, torch.Tensor) and q.is_cuda and q.get_device() != torch._C._cuda_getDevice():
+        # kernels launch on the current device and its stream: make q's the current one (FlashAttention's CUDAGuard)
+        with torch.cuda.device(q.device):
+            return attention(q, k, v, causal=causal, causal_align=causal_align, scale=scale, window=window, alibi_slopes=alibi_slopes,
+                             softcap=softcap, score_mod=score_mod, mask_mod=mask_mod, allow_tf32=allow_tf32, layout=layout,
+                             return_lse=return_lse, backend=backend)
     key = _dispatch_key(q, k, v, causal, causal_align, scale, window, alibi_slopes, softcap, score_mod, mask_mod, allow_tf32, layout, backend)
     try:
         prepared = _dispatch.get(key) if key is not None else None

@@ -34,7 +34,8 @@ def model_style(source: str) -> str:
         return f"{name}[{grid}](\n{args}\n{inner}{consts},\n{inner}num_warps={warps}, num_stages={stages},\n{indent})"
 
     source = _LAUNCH.sub(plain, source)
-    left = [name for name in ("launch_kernel", "checked", "tma_descriptor", "program_slots", "split_count", "window_bound") if name in source]
+    source = re.sub(r"\bscratch\((torch\.empty\(.*\))\)$", r"\1", source, flags=re.MULTILINE)
+    left = [name for name in ("launch_kernel", "checked", "tma_descriptor", "program_slots", "split_count", "window_bound", "scratch(") if name in source]
     if left:
         raise AttnforgeError(f"cannot rewrite this module in a model's style: it still uses {', '.join(left)}", where="selftest.model_style",
                              hint="plan it without TMA, persistent launches and launch-time split counts (a prefill spec on an a100 target), or extend model_style")

@@ -121,7 +121,7 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
                 allocated.add(sc.name)
                 shape = ", ".join(exprs.host(e, ctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
                 fmt = dict(kernel.dtypes).get(sc.dtype, sc.dtype)
-                lines.append(f"{INDENT}{sc.name} = torch.empty(({shape}), device=q.device, dtype=torch.{TORCH_NAMES[fmt]})")
+                lines.append(f"{INDENT}{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype=torch.{TORCH_NAMES[fmt]}))")
         grid = " * ".join(exprs.host(g.extent, ctx) for g in kernel.grid) or "1"
         if info.persistent:
             lines.append(f"{INDENT}points = {grid}")
@@ -143,7 +143,7 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
 # Names ``launch()`` already binds: a launch-time value of one of these names would overwrite it.
 _HOST_NAMES = frozenset({*ARG_SHAPES, *SIZE_ARGS, *HEAD_DIM_NAMES, "checked", "slots", "points", "torch", "triton", "tl",
                          "HEAD_DIM", "HEAD_DIM_V", "TENSOR_DTYPES", "TL_SOURCE", "check_arguments", "launch_kernel",
-                         "program_slots", "split_count", "tma_descriptor", "window_bound", "window_left", "window_right"})
+                         "program_slots", "scratch", "split_count", "tma_descriptor", "window_bound", "window_left", "window_right"})
 
 
 def _check_host_name(v: n.Launch, kernel: n.Kernel, taken: set[str], file: str | None) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 from triton import knobs
+from triton.knobs import HookChain
 from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -52,9 +53,38 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# While a key's call is being recorded (``replay.KeyLaunch``), each of its launches appends
-# (direct launch or None, grid, arguments) here: per thread and task.
-recording: ContextVar[Optional[list]] = ContextVar("attnforge_launch_recording", default=None)
+class Recording:
+    """One call of a dispatch key being recorded (``replay.KeyLaunch``): its launches (direct
+    launch or None, grid, arguments), and the ids of the scratch buffers its launcher made."""
+
+    __slots__ = ("launches", "scratch")
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Optional[DirectLaunch], tuple[int, ...], tuple]] = []
+        self.scratch: set[int] = set()
+
+
+# the call being recorded, per thread and task (None: not recording)
+recording: ContextVar[Optional[Recording]] = ContextVar("attnforge_launch_recording", default=None)
+
+
+def scratch(t: torch.Tensor) -> torch.Tensor:
+    """``t``, a buffer a generated launcher allocated for this call alone; a recording notes it,
+    so a replay allocates a fresh one where it went (and refuses any other unknown tensor)."""
+    rec = recording.get()
+    if rec is not None:
+        rec.scratch.add(id(t))
+    return t
+
+
+def _hooked(hook: Any) -> bool:
+    return bool(hook.calls) if type(hook) is HookChain else hook is not None
+
+
+def launch_hooked() -> bool:
+    """Whether Triton has launch hooks (a profiler): then launches go through its JIT, which
+    calls them. Triton 3.6 keeps them in HookChains; older code may assign a function."""
+    return _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
 
 
 class _Slot:
@@ -79,15 +109,15 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     through the JIT and records the kernel it launched, later calls launch that kernel through
     its C launcher (``direct.DirectLaunch``). Launch hooks (profilers), the interpreter, and a
     current device other than the one the kernel was recorded on always take the JIT's path.
-    While ``recording`` holds a list, each launch is appended to it (``replay.KeyLaunch``)."""
+    While a call is being recorded (``recording``), each launch is noted in it (``replay.KeyLaunch``)."""
     slot: _Slot | None = slots[index] if slots is not None and index < len(slots) else None
     jit = isinstance(fn, JITFunction)
     device = torch._C._cuda_getDevice() if jit else None  # torch.cuda.current_device() without its lazy-init check
-    trace = recording.get() if slots is not None else None
+    rec = recording.get() if slots is not None else None
     # the recorded kernel is loaded on the device that was current when it was recorded
-    if slot is None or slot.device != device or knobs.runtime.launch_enter_hook.calls or not jit:
-        if trace is not None:
-            trace.append((None, grid, args))  # through the JIT: not replayable
+    if slot is None or slot.device != device or launch_hooked() or not jit:
+        if rec is not None:
+            rec.launches.append((None, grid, args))  # through the JIT: not replayable
         kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
         if slots is not None and jit and slot is None:
             slots.extend([None] * (index + 1 - len(slots)))
@@ -95,8 +125,8 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
             tail = tuple(constexprs[name] for name in fn.arg_names[len(args):])
             slots[index] = _Slot(kernel, tail, device, DirectLaunch.record(kernel, args, tail))
         return
-    if trace is not None:
-        trace.append((slot.direct, grid, args))
+    if rec is not None:
+        rec.launches.append((slot.direct, grid, args))
     if slot.direct is not None:
         slot.direct(grid, args, device)
         return

@@ -29,7 +29,7 @@ from .launcher import KernelInfo, launcher
 from .rules import refusal
 
 RUNTIME_IMPORTS = "check_arguments", "split_count", "window_bound"
-LAUNCH_IMPORTS = "launch_kernel", "program_slots", "tma_descriptor"
+LAUNCH_IMPORTS = "launch_kernel", "program_slots", "scratch", "tma_descriptor"
 
 
 @dataclass

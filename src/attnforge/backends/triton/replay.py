@@ -15,11 +15,10 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import torch
-from triton import knobs
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .direct import DirectLaunch
-from .launching import recording
+from .launching import Recording, launch_hooked, recording
 
 # where a tensor argument comes from: ("call", i) the call's i-th tensor, ("scratch", j) the j-th buffer allocated per call
 Source = tuple[str, int]
@@ -35,13 +34,13 @@ class Replay:
         self.launches, self.scratch, self.device = launches, scratch, device
 
     @classmethod
-    def record(cls, trace: Sequence[tuple[Optional[DirectLaunch], tuple[int, ...], tuple]], tensors: Sequence[torch.Tensor],
-               device: int) -> Optional["Replay"]:
-        """From the launches of one call (``trace``: direct launch or None, grid, arguments) and
-        the call's tensors. None when a launch went through Triton's JIT, when one tensor was
-        passed as two of the call's, or when a tensor argument is neither one of the call's nor a
-        buffer of its own (a view of an input made by the launcher would be replayed wrongly, so
-        nothing is replayed)."""
+    def record(cls, rec: Recording, tensors: Sequence[torch.Tensor], device: int) -> Optional["Replay"]:
+        """From the recording of one call (its launches and the scratch buffers its launcher
+        registered) and the call's tensors. None when a launch went through Triton's JIT, when
+        one tensor was passed as two of the call's, or when a tensor argument is neither one of
+        the call's nor registered scratch (a view or copy of an input made by the launcher would be
+        replayed wrongly, so nothing is replayed)."""
+        trace = rec.launches
         if not trace or any(direct is None for direct, _, _ in trace):
             return None
         calls = {id(t): i for i, t in enumerate(tensors)}
@@ -59,7 +58,7 @@ class Replay:
                     continue
                 if id(tensor) in calls:
                     source: Source = ("call", calls[id(tensor)])
-                elif isinstance(arg, TensorDescriptor) or tensor._base is not None or tensor.untyped_storage().data_ptr() in storages:
+                elif isinstance(arg, TensorDescriptor) or id(tensor) not in rec.scratch or tensor.untyped_storage().data_ptr() in storages:
                     return None
                 else:  # a buffer the launcher allocated for this call (split-KV's partial results)
                     if id(tensor) not in scratch_of:
@@ -99,18 +98,18 @@ class KeyLaunch:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **per_call) -> None:
         replay = self.replay
-        if replay is not None and not knobs.runtime.launch_enter_hook.calls and torch._C._cuda_getDevice() == replay.device:
+        if replay is not None and not launch_hooked() and torch._C._cuda_getDevice() == replay.device:
             replay((q, k, v, o, lse, per_call.get("alibi_slopes", self.slopes)))
             return
         if self.recorded or q.device.type != "cuda":
             self.launch(q, k, v, o, lse, **per_call)
             return
         self.recorded = True
-        trace: list = []
-        token = recording.set(trace)
+        rec = Recording()
+        token = recording.set(rec)
         try:
             self.launch(q, k, v, o, lse, **per_call)
         finally:
             recording.reset(token)
         tensors = (q, k, v, o, lse, per_call.get("alibi_slopes", self.slopes))
-        self.replay = Replay.record(trace, [t for t in tensors if t is not None], torch._C._cuda_getDevice())
+        self.replay = Replay.record(rec, [t for t in tensors if t is not None], torch._C._cuda_getDevice())
