@@ -219,3 +219,24 @@ def test_packed_views_and_packed_specs_are_refused_not_mistranslated():
         backend.translate(parse(text.replace(line, line + " pack 1")), head_dim=64, head_dim_v=64)
     speculative = AttentionSpec(heads=8, kv_heads=2, head_dim=64, seqlen_q=4, seqlen_k=100, dtype="fp16")
     assert "packed GQA" in backend.unsupported(speculative, get_target("a100"))
+
+
+@pytest.mark.parametrize("cuda_ms, cuda_shape, cuda_device, chosen", [
+    (0.20, "B=16 Hq=8/Hkv=8 Sq=1024 Sk=1024", "NVIDIA A100", "cuda"),  # timed alike, faster: chosen
+    (0.30, "B=16 Hq=8/Hkv=8 Sq=1024 Sk=1024", "NVIDIA A100", "triton"),  # timed alike, slower
+    (0.20, "B=4 Hq=8/Hkv=8 Sq=4096 Sk=4096", "NVIDIA A100", "triton"),  # another shape: not comparable
+    (0.20, "B=16 Hq=8/Hkv=8 Sq=1024 Sk=1024", "NVIDIA L4", "triton"),  # another GPU: not comparable
+])
+def test_auto_takes_the_tuning_databases_faster_backend_on_sm80(tmp_path, monkeypatch, cuda_ms, cuda_shape, cuda_device, chosen):
+    from attnforge.backends import choose_backend_and_reason
+    from attnforge.tune import database
+
+    monkeypatch.setenv("ATTNFORGE_TUNING", str(tmp_path / "tuning.json"))
+    spec = AttentionSpec(heads=8, head_dim=64, dtype="fp16", causal=True)
+    for backend, ms, shape, device in (("triton", 0.25, "B=16 Hq=8/Hkv=8 Sq=1024 Sk=1024", "NVIDIA A100"), ("cuda", cuda_ms, cuda_shape, cuda_device)):
+        database.record(database.Entry(target="a100", backend=backend, spec=database.spec_key(spec), seq=database.seq_bucket(spec),
+                                       params=dict(BM=64, BN=64, warps=4, stages=2), ms=ms, planner_ms=None, device=device,
+                                       shape=shape, measured="test", kind="prefill"))
+    backend, reason = choose_backend_and_reason("auto", spec, get_target("a100"))
+    assert backend.name == chosen
+    assert ("tuning database's fastest" in reason) == (cuda_shape.startswith("B=16") and cuda_device == "NVIDIA A100")

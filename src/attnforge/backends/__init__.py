@@ -1,5 +1,6 @@
 """The registry of stage-2 backends (see ``base.Backend``); ``auto`` picks the first that can
-build a spec for a target. Backends are imported on first use, so listing them stays cheap."""
+build a spec for a target: the tuning database's fastest where it timed several on sm_80+, else
+the target's order. Backends are imported on first use, so listing them stays cheap."""
 
 from __future__ import annotations
 
@@ -42,7 +43,11 @@ def choose_backend(name: str, spec: AttentionSpec, target: Target) -> Backend:
 def choose_backend_and_reason(name: str, spec: AttentionSpec, target: Target) -> tuple[Backend, str]:
     """``choose_backend``'s backend and, in one line for the reports, why: asked for by name, or
     ``auto``'s order for ``target`` (``auto_reason``) and the backends it passed over, with their reasons."""
-    candidates = _auto_order(target) if name == "auto" else (name,)
+    candidates, timed = _auto_order(target), None
+    if name == "auto":
+        candidates, timed = _tuned_order(spec, target, candidates)
+    else:
+        candidates = (name,)
     reasons = []
     for candidate in candidates:
         backend = get_backend(candidate)
@@ -51,7 +56,7 @@ def choose_backend_and_reason(name: str, spec: AttentionSpec, target: Target) ->
             if name != "auto":
                 return backend, f"{candidate}: asked for by name"
             passed = "".join(f"; passed over {r}" for r in reasons)
-            return backend, f"{candidate}: chosen by auto: {auto_reason(target)}{passed}"
+            return backend, f"{candidate}: chosen by auto: {timed or auto_reason(target)}{passed}"
         reasons.append(f"{candidate}: {why}")
     raise AttnforgeError(f"no backend builds {spec.describe()} for {target.name}: " + "; ".join(reasons), where="backend",
                          hint="see 'attnforge backends' for what each backend supports")
@@ -67,6 +72,24 @@ def auto_reason(target: Target) -> str:
                 "CPU interpreter to be verified in (Triton's emit no tensor-core instructions before sm_80; --backend cuda "
                 "builds them, verified only on a GPU)")
     return "Triton first (verifiable in its CPU interpreter; the faster of the two on every sm_80+ row measured, bench/results/2026-11-30-h200-cuda)"
+
+
+def _tuned_order(spec: AttentionSpec, target: Target, order: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """On sm_80+ targets, where every backend's kernels use the tensor cores: the backends the
+    tuning database timed for ``spec``'s bucket on ``target`` on one shape, fastest first, then
+    the others in ``order``; with the reason. ``order`` and None when fewer than two were timed
+    alike (on one shape and one GPU)."""
+    if target.cc < (8, 0):
+        return order, None
+    from ..tune import database
+
+    entries = {name: e for name in order if (e := database.lookup(spec, target.name, name)) is not None}
+    if len(entries) < 2 or len({(e.shape, e.device) for e in entries.values()}) != 1 or next(iter(entries.values())).device.startswith("cpu"):
+        return order, None  # times on other shapes or devices do not compare, nor interpreter times
+    fastest = tuple(sorted(entries, key=lambda name: entries[name].ms))
+    times = ", ".join(f"{name} {entries[name].ms:.3f} ms" for name in fastest)
+    return fastest + tuple(n for n in order if n not in entries), (
+        f"the tuning database's fastest for this bucket on {target.name} ({times} on {next(iter(entries.values())).shape})")
 
 
 def _auto_order(target: Target) -> tuple[str, ...]:
