@@ -496,6 +496,12 @@ def test_an_online_softmax_runs_in_base_2_only_behind_a_scale(mods, base2):
     assert bool(plan.softmaxes) == base2 and (plan.states == {"m_i"}) == base2
 
 
+def test_scores_read_after_the_loop_keep_their_natural_units():
+    source = _SOFTMAX_TL.replace("MODS", "Compute Multiply S, scale").replace(
+        "Compute Normalize O_acc by l_i and get O_r", "Compute RowMax S and get s_last\nCompute Normalize O_acc by l_i and get O_r")
+    assert not _base2(source).states
+
+
 def test_a_running_max_read_elsewhere_stays_in_nats():
     source = _SOFTMAX_TL.replace("MODS", "Compute Multiply S, scale").replace(
         "Compute Normalize O_acc by l_i and get O_r", "Compute Normalize O_acc by l_i and get O_r\nCompute Add m_i, 1.0 and get m_next")

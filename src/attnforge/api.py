@@ -161,15 +161,16 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
 
 
 class _Prepared:
-    """What a dispatch-cache hit needs: the kernel, its runtime scalars and slopes, and the
-    compiled kernels its launches recorded (``slots``). The first launch of a key runs every
-    check of the kernel's launcher; later ones go to ``fast``, the launch with the checks
-    skipped (``Kernel.checked_launch``, optional in the protocol), when the kernel has one."""
+    """What a dispatch-cache hit needs: the kernel, its runtime scalars (with the ALiBi slopes
+    when they are the same at every call), and the compiled kernels its launches recorded
+    (``slots``). The first launch of a key runs every check of the kernel's launcher; later ones
+    go to ``fast``, the launch with the checks skipped (``Kernel.checked_launch``, optional in
+    the protocol), when the kernel has one."""
 
-    __slots__ = ("kernel", "scalars", "slopes", "out_bshd", "slots", "fast")
+    __slots__ = ("kernel", "scalars", "out_bshd", "slots", "fast")
 
     def __init__(self, kernel: Kernel, scalars: dict, slopes: Optional[torch.Tensor], out_bshd: bool):
-        self.kernel, self.out_bshd, self.slopes = kernel, out_bshd, slopes
+        self.kernel, self.out_bshd = kernel, out_bshd
         # a slopes tensor made from "auto" or a list is the same at every call: bound with the scalars
         self.scalars = scalars if slopes is None else {**scalars, "alibi_slopes": slopes}
         self.slots: list = []

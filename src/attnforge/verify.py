@@ -28,7 +28,7 @@ from .spec import AttentionSpec, alibi_slopes_for
 from .sizes import next_pow2
 from .targets import Target, detect_local_target
 
-# Threads that judge natively run cases at once (float64 references and bounds, mostly in numpy).
+# Threads that judge natively run cases at once (float64 references and bounds on the GPU, the last rows on the host).
 JUDGE_THREADS = 4
 
 
@@ -358,7 +358,7 @@ def verify(
     block_rows = params.get("BM", 128)
     if not native:  # the interpreter is the slow part: one case at a time, so fail_fast stops early
         results: Iterator[CaseResult] = (run_case(kernel, spec, shape, seed + i, block_rows=block_rows) for i, shape in enumerate(shapes))
-    else:  # the GPU runs every case first; the float64 judging (numpy, which releases the GIL) overlaps in threads
+    else:  # the GPU runs every case first; the float64 judging (torch and numpy, which release the GIL) overlaps in threads
         launched = [_launch(kernel, spec, shape, seed + i, block_rows) for i, shape in enumerate(shapes)]
         crashed = next((case for case in launched if case.crash is not None), None)
         judge = _judge if crashed is None else lambda spec, case: _judge_after_crash(spec, case, crashed)

@@ -8,8 +8,8 @@ same weights (the scale's sign does not matter: the running max is taken of the 
 The log-sum-exp converts back (``m * ln 2 + log(l)``).
 
 A running max goes to base 2 only when every online softmax that updates it can, and nothing
-but online softmaxes and log-sum-exps reads it; the scores' tile must not be read after its
-softmax (its values are then in log2 units).
+but online softmaxes and log-sum-exps reads it; nothing but its scale, masks and online softmaxes
+may read the scores' tile (after the softmax its values are in log2 units).
 """
 
 from __future__ import annotations
@@ -59,13 +59,16 @@ def _scale_of(block: tuple[n.Stmt, ...], i: int, scores: str) -> n.Elementwise |
     return s if isinstance(first, n.Name) and first.id == scores and scores not in n.expr_names(factor) else None
 
 
-def _read_after(block: tuple[n.Stmt, ...], i: int, name: str) -> bool:
-    """Whether a statement after ``block[i]`` reads ``name`` before something writes it again."""
-    for s in block[i + 1:]:
-        reads = set().union(*(stmt_reads(t) for t in _statements((s,))))
-        if name in reads:
-            return True
-    return False
+def _read_elsewhere(kernel: n.Kernel, scores: str) -> bool:
+    """Whether anything but a scale, a mask or an online softmax reads ``scores`` anywhere in the
+    kernel (after the softmax its values would be in log2 units)."""
+    def reads(t: n.Stmt) -> bool:
+        if isinstance(t, (n.Mask, n.OnlineSoftmax)):
+            return False
+        if isinstance(t, n.Elementwise) and t.op == "Multiply" and t.out in (None, scores):
+            return scores in n.expr_names(t.args[1])
+        return scores in stmt_reads(t)
+    return any(reads(t) for t in _statements(kernel.body))
 
 
 def base2_softmax(kernel: n.Kernel, scalars: frozenset[str]) -> Base2:
@@ -76,7 +79,7 @@ def base2_softmax(kernel: n.Kernel, scalars: frozenset[str]) -> Base2:
         for i, s in enumerate(block):
             if isinstance(s, n.OnlineSoftmax):
                 scale = _scale_of(block, i, s.scores)
-                if scale is not None and (not n.expr_names(scale.args[1]) <= scalars or _read_after(block, i, s.scores)):
+                if scale is not None and (not n.expr_names(scale.args[1]) <= scalars or _read_elsewhere(kernel, s.scores)):
                     scale = None
                 folds.setdefault(s.row_max, []).append((s, scale))
     multiplies, softmaxes, states = set(), set(), set()
