@@ -71,7 +71,8 @@ def test_library_positions_point_at_the_source(name: str) -> None:
     for kernel in program.kernels:
         assert lines[kernel.line - 1][kernel.col - 1 :].startswith("kernel " + kernel.name)
         for stmt in n.walk(kernel.body):
-            word = {n.Allocate: "Allocate", n.Copy: "Copy", n.Reshape: "Reshape", n.Loop: "for"}.get(type(stmt), "Compute")
+            word = {n.Allocate: "Allocate", n.Copy: "Copy", n.Reshape: "Reshape", n.Loop: "for", n.Role: "role", n.Wait: "Wait",
+                    n.WaitGemm: "Wait GEMM", n.Arrive: "Arrive"}.get(type(stmt), "Compute")
             assert lines[stmt.line - 1][stmt.col - 1 :].startswith(word), (stmt, stmt.line, stmt.col)
 
 
@@ -375,7 +376,7 @@ def test_misspelled_level_reports_line_col_and_expected() -> None:
     err = _error(text, file="bad.tl")
     assert (err.where.line, err.where.col) == (2, 15) == _pos(text, "glob")
     assert err.text == "glob"
-    assert set(err.expected) == {"'global'", "'shared'", "'register'"}
+    assert set(err.expected) == {"'global'", "'shared'", "'register'", "'barrier'"}
     assert str(err).startswith("bad.tl:2:15: unexpected 'glob'")
     assert "'global'" in err.hint
 

@@ -25,6 +25,7 @@ from attnforge.reference import lse_error, relative_error
 from attnforge.spec import AttentionSpec, alibi_slopes_for
 from attnforge.targets import get_target
 from attnforge.tl import catalog, harness
+from attnforge.tl import nodes as n
 from attnforge.tl.parser import parse
 from attnforge.tl.printer import print_program
 from attnforge.backends.triton import translate
@@ -35,7 +36,9 @@ from attnforge.verify import CaseShape, verify
 H100 = get_target("h100")
 DTYPES = ("fp16", "bf16", "fp32")
 HEAD_DIMS = (32, 40, 64, 96, 128, 192, 256)
-PROGRAMS = tuple(catalog.programs())
+# The Hopper form (roles, barriers, TMA copies) is the gluon backend's; Triton refuses it (test below).
+HOPPER_PROGRAMS = tuple(name for name in catalog.programs() if any(n.hopper_statement(k) for k in catalog.load(name).kernels))
+PROGRAMS = tuple(name for name in catalog.programs() if name not in HOPPER_PROGRAMS)
 SMALL_TILES = {"BM": 16, "BN": 16}
 # Triton's interpreter converts 1-element arrays to ints the way numpy >= 1.25 deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
@@ -146,6 +149,15 @@ def test_catalog_cases_cover_every_dtype_and_head_dim():
     assert any(c.values[2] != c.values[3] for c in CATALOG_CASES)
     assert any(c.values[5] == "bshd" for c in CATALOG_CASES)
     assert len(PROGRAMS) >= 7 and "decode_split_kv.tl" in PROGRAMS
+
+
+@pytest.mark.parametrize("name", HOPPER_PROGRAMS)
+def test_hopper_form_is_refused_with_the_gluon_message(name):
+    program = catalog.load(name)
+    with pytest.raises(TranslateError, match="the Hopper form \\(roles, barriers, async copies\\) is translated by the gluon backend only") as info:
+        translate(program, head_dim=64)
+    first = n.hopper_statement(program.kernels[0])
+    assert (info.value.where.line, info.value.where.col) == (first.line, first.col)
 
 
 @pytest.mark.parametrize("name, dtype, d, dv, sizes, layout", CATALOG_CASES)

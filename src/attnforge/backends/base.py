@@ -85,3 +85,16 @@ class Backend(ABC):
     @abstractmethod
     def versions(self) -> dict[str, str]:
         """The compiler and runtime versions a build depends on (for reports and cache keys)."""
+
+
+def refuse_hopper_form(program: n.Program, backend: str, file: str | None = None) -> None:
+    """Raise TranslateError at the first statement of the Hopper form (roles, barriers, rings, TMA
+    copies, async GEMMs; docs/TL.md, section 11): only a Gluon translator expresses them."""
+    from ..errors import TranslateError
+    from ..tl import nodes as tl_nodes
+
+    for kernel in program.kernels:
+        node = tl_nodes.hopper_statement(kernel)
+        if node is not None:
+            raise TranslateError(f"{kernel.name}: the Hopper form (roles, barriers, async copies) is translated by the gluon backend only, not by {backend}",
+                                 where=node.pos(file), hint="translate it with the gluon backend, or write the kernel without roles, barriers, rings and async statements")

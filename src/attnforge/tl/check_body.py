@@ -17,14 +17,16 @@ from ..errors import TLRuntimeError
 from ..targets import Target
 from . import nodes as n
 from .check_gemm import GemmChecks
+from .check_hopper import HopperChecks
 from .check_info import Info, dims_text
 from .check_packed import Packed, PackedViews
+from .check_roles import check_layout
 from .evaluate import KindError, evaluate, expr_kind
 from .findings import Finding
 from .printer import expr as show
 
 
-class KernelCheck(GemmChecks, PackedViews):
+class KernelCheck(GemmChecks, PackedViews, HopperChecks):
     """Checks the grid and the body of one kernel under one probe, statement by statement."""
 
     def __init__(self, kernel: n.Kernel, target: Target | None, env: dict, report, tensors: dict[str, tuple], probe_index: int):
@@ -50,6 +52,7 @@ class KernelCheck(GemmChecks, PackedViews):
         self.axes: dict[str, tuple[n.GridAxis, object]] = {}  # grid axis -> (its node, its evaluated extent)
         self.loops: list[tuple[n.Loop, object, object]] = []  # enclosing loops with their evaluated start and stop
         self.overruns: set[int] = set()  # ids of the loops, axes and coordinates reported as TL312
+        self.hopper_init()
 
     # -- helpers
     def add(self, code: str, node: n.Node, message: str, hint: str, severity: str = "error") -> None:
@@ -140,6 +143,7 @@ class KernelCheck(GemmChecks, PackedViews):
             extent = self.value(axis.extent, env, f"grid extent of {axis.name}")
             self.axes[axis.name] = (axis, extent)
             env[axis.name] = 0 if extent is None or self.probe == 0 else max(0, extent - 1)
+        check_layout(self)
         self.block(self.k.body, env, None)
         for tensor in sorted((self.read & self.written) - set(INPUTS)):  # writes to inputs are TL408
             node = self.read_at[tensor]
@@ -150,7 +154,9 @@ class KernelCheck(GemmChecks, PackedViews):
     def block(self, body: tuple[n.Stmt, ...], env: dict, loop: n.Loop | None) -> None:
         for s in body:
             before = (self.errors, self.silenced)
+            self.pending_read(s)
             getattr(self, "c_" + type(s).__name__)(s, env, loop)
+            self.issued(s)
             made = _defines(s)
             if (self.errors, self.silenced) != before and made is not None and made not in self.names:
                 self.refused.add(made)
@@ -167,15 +173,20 @@ class KernelCheck(GemmChecks, PackedViews):
                 self.add("TL311", s.stages, f"pipeline stages {stages} must be at least 1", "use 1 (no pipelining) to 4")
         last = stop - 1 if isinstance(stop, int) and isinstance(start, int) and stop > start else start
         self.loops.append((s, start, stop))
+        self.waited.append(set())  # Waits in the body guard reads in the body only
         try:
             self.block(s.body, {**env, s.var: (start if self.probe == 0 else last) if isinstance(start, int) else 0}, s)
         finally:
             self.loops.pop()
+            self.waited.pop()
 
     def c_Allocate(self, s: n.Allocate, env: dict, loop) -> None:
         if s.name in self.names and self.names[s.name].node is not s:
             prev = self.names[s.name].node
             self.add("TL201", s, f"{s.name} is allocated again (first at line {prev.line})", "give each buffer its own name")
+        if s.level == n.BARRIER:
+            self.alloc_barrier(s, env)
+            return
         if s.level != "global":
             self.compile_time(s.shape, f"the {s.level} tile {s.name}'s dimension")
         shape = self.shape(s.shape, env, f"dimension of {s.name}")
@@ -203,12 +214,14 @@ class KernelCheck(GemmChecks, PackedViews):
         dtype = self.resolve_dtype(s.dtype, s)
         if s.init is not None:
             self.value(s.init, env, "initial value", integer=False)
-        self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init)
+        self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init, ring=self.ring_size(s, env))
+        if s.name in self.fills:  # filled by TMA copies from global, perhaps in a role checked later: row and column indices
+            self.names[s.name].rows, self.names[s.name].cols = True, len(s.shape) > 1
         self.report.defs(self.k, s, s.name, self.names[s.name], loop)
 
     def c_Copy(self, s: n.Copy, env: dict, loop) -> None:
         src = self.get(s.src, s)
-        if src is None:
+        if src is None or not self.copy_refs_ok(s, env):
             return
         if src.level != s.src_level:
             self.add("TL401", s, f"{s.src} lives in {src.level} memory, but the Copy reads it from {s.src_level}", f"write 'from {src.level}'")
@@ -262,7 +275,7 @@ class KernelCheck(GemmChecks, PackedViews):
         node = dst.node if dst is not None else s
         self.names[s.dst] = Info(s.dst_level, new_shape or (), new_dims, dtype, node, rows=rows, cols=cols,
                                   from_shared=s.src_level == "shared" and s.dst_level == "register", online=src.online,
-                                  init=dst.init if dst is not None else None)
+                                  init=dst.init if dst is not None else None, ring=dst.ring if dst is not None else None)
         self.report.defs(self.k, s, s.dst, self.names[s.dst], loop)
 
     def check_tile_inside(self, s: n.Copy, glob: Info, tile: tuple | None, coord: tuple, env: dict) -> None:

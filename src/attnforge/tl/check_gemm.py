@@ -22,7 +22,7 @@ class GemmChecks:
 
     def c_Gemm(self, s: n.Gemm, env: dict, loop) -> None:
         a, b = self.get(s.a, s), self.get(s.b, s)
-        if a is None or b is None:
+        if a is None or b is None or not self.gemm_refs_ok(s, env):
             return
         wgmma = self.target is not None and (self.target.has_wgmma or self.target.has_tcgen05)
         allowed = ("register", "shared") if wgmma else ("register",)

@@ -29,6 +29,7 @@ class Info:
     from_shared: bool = False  # an MMA operand streamed from shared memory in K-steps
     online: n.OnlineSoftmax | None = None  # derived from the probabilities of this update
     init: object = None
+    ring: int | None = None  # a ring of this many shared tiles (Hopper form), named NAME[i]
 
 
 def dims_text(dims) -> str:

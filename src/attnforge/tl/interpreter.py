@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 import math
-from typing import Callable, Mapping, NoReturn
+from typing import Callable, Iterator, Mapping, NoReturn
 
 import numpy as np
 
@@ -25,23 +25,11 @@ from ..abi import ARG_DTYPE, arg_format
 from .evaluate import evaluate
 from .limits import MAX_ELEMENTS, MAX_STEPS
 from .printer import expr as show
+from .roles import Blocked, RoleSteps
+from .tiles import Tile
 from ..splits import INTERPRETER_SM_COUNT, split_count
 
 SIZE_NAMES = ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")
-
-
-@dataclass
-class Tile:
-    data: np.ndarray
-    level: str
-    dtype: str
-    rows: np.ndarray | None = None
-    cols: np.ndarray | None = None
-    layout: str | None = None
-    extent: tuple[int, ...] | None = None  # global views: the in-bounds extent of each dimension
-    heads: np.ndarray | None = None  # packed rows: the index along the packed dimension (h_idx) of each row
-    pack: int | None = None  # packed global views: P; ``data`` is then (P, T, ...) and row r is data[r % P, r // P]
-    pack_base: int = 0  # packed global views: the first packed slice (the last offset)
 
 
 @dataclass
@@ -63,8 +51,8 @@ _BUDGET_HINT = (f"a step is a program instance, a loop trip or a statement (one 
                 "or run smaller shapes")
 
 
-class _Kernel:
-    """Executes one kernel of a program over its whole grid."""
+class _Kernel(RoleSteps):
+    """Executes one kernel of a program over its whole grid (its roles, if any: ``roles``)."""
 
     def __init__(self, kernel: n.Kernel, env: dict, tensors: dict[str, np.ndarray], tensor_dtypes: dict[str, str], exact: bool, file: str | None, result: RunResult, progress=None):
         self.k = kernel
@@ -76,6 +64,7 @@ class _Kernel:
         self.result = result
         self.dtypes = kernel.dtype_map()
         self.progress = progress
+        self.prepare_roles()
 
     # -- helpers
     def fail(self, node: n.Node, message: str, hint: str | None = None) -> NoReturn:
@@ -173,7 +162,7 @@ class _Kernel:
             before = self.result.steps
             self.result.programs += 1
             self.charge(where, 1)
-            self.block(self.k.body, point, {})
+            self.run_instance(point)
             cost = self.result.steps - before
             cheapest = cost if cheapest is None else min(cheapest, cost)
             left = total - i - 1 if total is not None else after
@@ -222,19 +211,33 @@ class _Kernel:
                 ranges.append(range(self.ev_int(spec.extent, point, f"grid extent of {spec.name}")))
                 index.append(0)
 
-    def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> None:
+    def block(self, body: tuple[n.Stmt, ...], env: dict, local: dict[str, Tile]) -> Iterator[Blocked | None]:
+        """Execute ``body``; a generator so that roles can interleave (``roles.RoleSteps``): it
+        yields a ``Blocked`` where a ``Wait`` would block and None after a signal (an arrival)."""
         for stmt in body:
+            if isinstance(stmt, n.Loop):  # a loop's trips and statements count themselves
+                yield from self.s_Loop(stmt, env, local)
+                continue
+            if isinstance(stmt, (n.Wait, n.Arrive, n.WaitGemm)):
+                yield from self.sync(stmt, env)  # may block, or signal
+                self.charge(stmt, 1)
+                continue
+            staged = self.stage(stmt, env, local)  # ring stages named, pending GEMM results guarded
             try:
                 with np.errstate(all="ignore"):  # inf and nan are values here; the comparison judges them
-                    getattr(self, "s_" + type(stmt).__name__)(stmt, env, local)
+                    getattr(self, "s_" + type(staged).__name__)(staged, env, local)
             except (ValueError, IndexError, TypeError, OverflowError, MemoryError) as err:
                 # Shapes the checker would have rejected (tl check) surface here as numpy errors.
                 self.fail(stmt, f"cannot execute this statement: {type(err).__name__}: {err}"[:400], "run 'attnforge tl check' on the program")
-            if not isinstance(stmt, n.Loop):  # a loop's trips and statements count themselves
-                self.charge(stmt, 1 + self.written_size(stmt, local) // ELEMENTS_PER_STEP)
+            self.charge(stmt, 1 + self.written_size(staged, local) // ELEMENTS_PER_STEP)
+            if self.finish(stmt, staged, env):
+                yield None  # an async copy landed and arrived: a role declared earlier may now run
 
     # -- statements
     def s_Allocate(self, s: n.Allocate, env: dict, local: dict[str, Tile]) -> None:
+        if s.level == n.BARRIER:
+            self.allocate_barrier(s, env)
+            return
         shape = self.shape(s.shape, env)
         if s.level == "global":
             if s.tensor not in self.tensors:
@@ -254,6 +257,9 @@ class _Kernel:
             local[s.name] = Tile(view, "global", self.tensor_dtypes.get(s.tensor, "fp32"), extent=shape)
             return
         dtype = self.dtype(s.dtype, s)
+        if s.ring is not None or s.name in self.async_filled:  # filled by TMA: NaN until a copy lands
+            self.allocate_async(s, shape, dtype, env, local)
+            return
         init = 0.0 if s.init is None else float(self.ev(s.init, env))
         local[s.name] = Tile(np.full(shape, init, dtype=np.float64), s.level, dtype)
 
@@ -478,7 +484,7 @@ class _Kernel:
         t = self.tile_of(s.name, s, local)
         t.layout = s.dst_layout  # numerically the identity: only the register layout changes
 
-    def s_Loop(self, s: n.Loop, env: dict, local: dict[str, Tile]) -> None:
+    def s_Loop(self, s: n.Loop, env: dict, local: dict[str, Tile]) -> Iterator[Blocked | None]:
         start = self.ev_int(s.start, env, "a loop bound")
         stop = self.ev_int(s.stop, env, "a loop bound")
         if stop - start > self.steps_left():
@@ -489,7 +495,7 @@ class _Kernel:
             before = self.result.steps
             self.result.loop_trips += 1
             self.charge(s, 1)
-            self.block(s.body, {**env, s.var: i}, local)
+            yield from self.block(s.body, {**env, s.var: i}, local)
             cost = self.result.steps - before
             cheapest = cost if cheapest is None else min(cheapest, cost)
             if cheapest * (stop - i - 1) > self.steps_left():  # even the cheapest trip so far, repeated, does not fit

@@ -113,6 +113,7 @@ class Scratch(Node):
 
 LEVELS = ("global", "shared", "register")
 LAYOUTS = ("mma_a", "mma_b", "mma_c")
+BARRIER = "barrier"  # the level of ``Allocate NAME in barrier``: mbarriers in shared memory (Hopper form)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,16 @@ class Allocate(Node):
     offset: tuple[Expr, ...] = ()  # global: indices of the leading dimensions
     init: Expr | None = None  # register: initial value of every element
     pack: Expr | None = None  # global: packs P slices of the last offset's dimension into the first view dimension (row r: slice r % P, row r // P)
+    ring: Expr | None = None  # shared: a ring of this many tiles of ``shape``, named NAME[i] (Hopper form)
+    count: Expr | None = None  # barrier: arrivals that complete a phase (None: 1); ``shape`` is () or (slots,)
+
+
+@dataclass(frozen=True)
+class BarrierRef(Node):
+    """``name`` or ``name[index]``: one mbarrier of a barrier allocation (Hopper form)."""
+
+    name: str
+    index: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +150,9 @@ class Copy(Node):
     dst: str
     tile: tuple[Expr, ...] | None = None
     coord: tuple[Expr, ...] | None = None
+    src_index: Expr | None = None  # ``src`` is a ring: the stage read
+    dst_index: Expr | None = None  # ``dst`` is a ring: the stage written
+    signal: BarrierRef | None = None  # ``async BARRIER``: a TMA copy that arrives on the barrier once it has landed
 
 
 @dataclass(frozen=True)
@@ -149,6 +163,9 @@ class Gemm(Node):
     accumulate: bool
     a_trans: bool = False
     b_trans: bool = False
+    is_async: bool = False  # ``... async``: issued, its result may be read only after ``Wait GEMM out``
+    a_index: Expr | None = None  # ``a`` is a ring: the stage read
+    b_index: Expr | None = None  # ``b`` is a ring: the stage read
 
 
 @dataclass(frozen=True)
@@ -237,7 +254,45 @@ class Loop(Node):
     body: tuple["Stmt", ...]
 
 
-Stmt = Union[Allocate, Copy, Gemm, Elementwise, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, Reshape, Loop]
+# ---------------------------------------------------------------- the Hopper form (docs/TL.md, section 11)
+
+
+@dataclass(frozen=True)
+class Wait(Node):
+    """``Wait BARRIER phase P``: block while the barrier's completed phases % 2 == P (mbarrier try_wait.parity)."""
+
+    barrier: BarrierRef
+    phase: Expr
+
+
+@dataclass(frozen=True)
+class Arrive(Node):
+    """``Arrive BARRIER``: one arrival on the barrier."""
+
+    barrier: BarrierRef
+
+
+@dataclass(frozen=True)
+class WaitGemm(Node):
+    """``Wait GEMM NAME``: the asynchronous GEMM that writes ``name`` has finished."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Role(Node):
+    """``role NAME warps START : STOP [regs R]``: a warp-specialised partition of the kernel's warps
+    (half-open range), with its register budget per thread (setmaxnreg) when given."""
+
+    name: str
+    warp_start: Expr
+    warp_stop: Expr
+    regs: int | None
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Allocate, Copy, Gemm, Elementwise, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, Reshape, Loop,
+             Wait, Arrive, WaitGemm, Role]
 
 
 @dataclass(frozen=True)
@@ -285,11 +340,31 @@ class Program(Node):
 
 
 def walk(body: tuple[Stmt, ...]):
-    """Every statement of a body, loops included, in program order."""
+    """Every statement of a body, loops and roles included, in program order."""
     for stmt in body:
         yield stmt
-        if isinstance(stmt, Loop):
+        if isinstance(stmt, (Loop, Role)):
             yield from walk(stmt.body)
+
+
+def roles(kernel: Kernel) -> list[Role]:
+    """The kernel's roles (top level only), in declaration order; empty for a kernel without roles."""
+    return [s for s in kernel.body if isinstance(s, Role)]
+
+
+def hopper_statement(kernel: Kernel) -> Node | None:
+    """The first statement of the Hopper form in ``kernel`` (role, barrier, ring, async copy or
+    GEMM, Wait, Arrive), or None: what only a translator for Hopper-native code can express."""
+    for s in walk(kernel.body):
+        if isinstance(s, (Role, Wait, Arrive, WaitGemm)):
+            return s
+        if isinstance(s, Allocate) and (s.level == BARRIER or s.ring is not None):
+            return s
+        if isinstance(s, Copy) and (s.signal is not None or s.src_index is not None or s.dst_index is not None):
+            return s
+        if isinstance(s, Gemm) and (s.is_async or s.a_index is not None or s.b_index is not None):
+            return s
+    return None
 
 
 def expr_names(expr: Expr) -> set[str]:

@@ -181,11 +181,58 @@ class _Build(Transformer):
 
     @v_args(meta=True)
     def alloc_shared(self, meta, items):
-        return n.Allocate(str(items[0]), "shared", items[1], dtype=str(items[2]), **_at(meta))
+        return n.Allocate(str(items[0]), "shared", items[1], dtype=str(items[2]), ring=items[3], **_at(meta))
 
     @v_args(meta=True)
     def alloc_register(self, meta, items):
         return n.Allocate(str(items[0]), "register", items[1], dtype=str(items[2]), init=items[3], **_at(meta))
+
+    # -- the Hopper form
+    @v_args(meta=True)
+    def alloc_barrier(self, meta, items):
+        name, shape, count = items
+        return n.Allocate(str(name), n.BARRIER, shape or (), count=count, **_at(meta))
+
+    def ring(self, items):
+        return items[0]
+
+    def count(self, items):
+        return items[0]
+
+    def stage(self, items):
+        return items[0]
+
+    def regs(self, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def barrier_ref(self, meta, items):
+        return n.BarrierRef(str(items[0]), items[1], **_at(meta))
+
+    def signal(self, items):
+        return items[1]
+
+    @v_args(meta=True)
+    def wait(self, meta, items):
+        return n.Wait(items[0], items[1], **_at(meta))
+
+    @v_args(meta=True)
+    def wait_gemm(self, meta, items):
+        return n.WaitGemm(str(items[0]), **_at(meta))
+
+    @v_args(meta=True)
+    def arrive(self, meta, items):
+        return n.Arrive(items[0], **_at(meta))
+
+    @v_args(meta=True)
+    def role(self, meta, items):
+        name, start, stop, regs, *body = items
+        for s in body:
+            if isinstance(s, n.Role):
+                self._fail(name, f"role {s.name} is inside role {name}", "roles appear only at the top level of the kernel body; close this role with 'end' first")
+        if regs is not None and len(regs) > MAX_INT_DIGITS:
+            self._fail(regs, f"integer literal of {len(regs)} digits is too long", f"write at most {MAX_INT_DIGITS} digits")
+        return n.Role(str(name), start, stop, int(regs) if regs is not None else None, tuple(body), **_at(meta))
 
     def level(self, items):
         return str(items[0])
@@ -195,12 +242,12 @@ class _Build(Transformer):
 
     @v_args(meta=True)
     def copy(self, meta, items):
-        src, tile, src_level, dst_level, dst = items
+        src, src_index, tile, src_level, dst_level, dst, dst_index, signal = items
         shape, coord = tile if tile is not None else (None, None)
-        return n.Copy(str(src), src_level, dst_level, str(dst), tile=shape, coord=coord, **_at(meta))
+        return n.Copy(str(src), src_level, dst_level, str(dst), tile=shape, coord=coord, src_index=src_index, dst_index=dst_index, signal=signal, **_at(meta))
 
     def operand(self, items):
-        return (str(items[0]), items[1] is not None)
+        return (str(items[0]), items[2] is not None, items[1])
 
     def get(self, items):
         return ("get", str(items[0]))
@@ -213,8 +260,8 @@ class _Build(Transformer):
 
     @v_args(meta=True)
     def gemm(self, meta, items):
-        (a, at), (b, bt), (kind, out) = items
-        return n.Gemm(a, b, out, kind == "accumulate", a_trans=at, b_trans=bt, **_at(meta))
+        (a, at, ai), (b, bt, bi), (kind, out), is_async = items
+        return n.Gemm(a, b, out, kind == "accumulate", a_trans=at, b_trans=bt, is_async=is_async is not None, a_index=ai, b_index=bi, **_at(meta))
 
     @v_args(meta=True)
     def elementwise(self, meta, items):
@@ -270,6 +317,9 @@ class _Build(Transformer):
     @v_args(meta=True)
     def loop(self, meta, items):
         var, start, stop, stages, *body = items
+        for s in body:
+            if isinstance(s, n.Role):
+                self._fail(var, f"role {s.name} is inside the loop over {var}", "roles appear only at the top level of the kernel body")
         return n.Loop(str(var), start, stop, stages, tuple(body), **_at(meta))
 
     # -- kernel and program
@@ -412,7 +462,7 @@ def _check_nesting(tree: Tree, file: str | None) -> None:
     stack: list[tuple[Tree, int, int, Tree | None, Tree | None]] = [(tree, 0, 0, None, None)]  # node, depth, loops, expr root, outer loop
     while stack:
         node, depth, loops, root, outer = stack.pop()
-        if node.data == "loop":
+        if node.data == "loop":  # a role nests no deeper: roles sit at the top level (the transformer says so)
             loops, outer = loops + 1, outer or node
             if loops > MAX_LOOP_DEPTH:
                 raise TLSyntaxError(f"loops nested more than {MAX_LOOP_DEPTH} deep", where=_tree_position(outer, file),

@@ -73,23 +73,46 @@ def _result(out: str | None, accumulate: bool = False) -> str:
     return f" and {'accumulate' if accumulate else 'get'} {out}"
 
 
+def _stage(name: str, index: n.Expr | None) -> str:
+    """A tile or barrier, with its ring stage or barrier slot when it has one: ``Ks[j % stages]``."""
+    return name if index is None else f"{name}[{expr(index)}]"
+
+
 def stmt(s: n.Stmt, depth: int = 0) -> list[str]:
-    """Lines of one statement (a loop gives several), indented ``depth`` levels."""
+    """Lines of one statement (a loop or role gives several), indented ``depth`` levels."""
     pad = INDENT * depth
     if isinstance(s, n.Allocate):
+        if s.level == n.BARRIER:
+            shape = f" ({_list(s.shape)})" if s.shape else ""
+            count = f" count {expr(s.count)}" if s.count is not None else ""
+            return [f"{pad}Allocate {s.name} in barrier{shape}{count}"]
         head = f"Allocate {s.name} in {s.level} ({_list(s.shape)})"
         if s.level == "global":
             pack = f" pack {expr(s.pack)}" if s.pack is not None else ""
             return [f"{pad}{head} at {s.tensor}[{_list(s.offset)}]{pack}"]
         init = f" = {expr(s.init)}" if s.init is not None else ""
-        return [f"{pad}{head} : {s.dtype}{init}"]
+        ring = f" ring {expr(s.ring)}" if s.ring is not None else ""
+        return [f"{pad}{head} : {s.dtype}{init}{ring}"]
     if isinstance(s, n.Copy):
         tile = f" ({_list(s.tile)}) at [{_list(s.coord)}]" if s.tile is not None else ""
-        return [f"{pad}Copy {s.src}{tile} from {s.src_level} to {s.dst_level} {s.dst}"]
+        signal = f" async {_stage(s.signal.name, s.signal.index)}" if s.signal is not None else ""
+        return [f"{pad}Copy {_stage(s.src, s.src_index)}{tile} from {s.src_level} to {s.dst_level} {_stage(s.dst, s.dst_index)}{signal}"]
     if isinstance(s, n.Gemm):
-        a = s.a + ("^T" if s.a_trans else "")
-        b = s.b + ("^T" if s.b_trans else "")
-        return [f"{pad}Compute GEMM {a}, {b}{_result(s.out, s.accumulate)}"]
+        a = _stage(s.a, s.a_index) + ("^T" if s.a_trans else "")
+        b = _stage(s.b, s.b_index) + ("^T" if s.b_trans else "")
+        return [f"{pad}Compute GEMM {a}, {b}{_result(s.out, s.accumulate)}{' async' if s.is_async else ''}"]
+    if isinstance(s, n.Wait):
+        return [f"{pad}Wait {_stage(s.barrier.name, s.barrier.index)} phase {expr(s.phase)}"]
+    if isinstance(s, n.Arrive):
+        return [f"{pad}Arrive {_stage(s.barrier.name, s.barrier.index)}"]
+    if isinstance(s, n.WaitGemm):
+        return [f"{pad}Wait GEMM {s.name}"]
+    if isinstance(s, n.Role):
+        regs = f" regs {s.regs}" if s.regs is not None else ""
+        lines = [f"{pad}role {s.name} warps {expr(s.warp_start)} : {expr(s.warp_stop)}{regs}"]
+        for inner in s.body:
+            lines += stmt(inner, depth + 1)
+        return lines + [f"{pad}end"]
     if isinstance(s, n.Elementwise):
         # Operands are read at the '+' level (so 'and get' is never a boolean 'and'): wrap looser ones.
         args = ", ".join(_wrap(a, _PREC["+"], False) for a in s.args)

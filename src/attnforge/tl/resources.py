@@ -14,9 +14,11 @@ from ..errors import TLRuntimeError
 from ..targets import Target
 from . import nodes as n
 from .evaluate import evaluate
+from .check_roles import role_regs, role_warps
 from .findings import Finding, KernelResources
 
 REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
+BARRIER_BYTES = 8  # an mbarrier is one 64-bit word of shared memory
 
 
 def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: list, skip: bool) -> KernelResources:
@@ -41,11 +43,20 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
         report(Finding("TL109", "warning", kernel.line, kernel.col, "no 'warps' parameter: the register estimate assumes 4 warps", "add param warps = 4 (or 8)"))
         warps = 4
     res.threads = warps * 32
-    res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=res.threads)
+    ranges = role_warps(kernel, env) if n.roles(kernel) else None
+    if ranges and all(b > a for _, a, b in ranges):
+        # Roles: the block has every role's warps; the register tiles are counted against the first
+        # role's threads (the default partition, which holds the accumulators).
+        warps = max(b for _, _, b in ranges)
+        res.threads = warps * 32
+        res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=(ranges[0][2] - ranges[0][1]) * 32)
+    else:
+        ranges = None
+        res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=res.threads)
     if tgt is None:
         return res
     if res.smem_bytes > tgt.smem_per_block_optin:
-        parts = ", ".join(f"{k} {v // 1024} KiB" for k, v in res.smem_breakdown.items())
+        parts = ", ".join(f"{k} {v // 1024} KiB" if v >= 1024 else f"{k} {v} B" for k, v in res.smem_breakdown.items())
         fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
         report(Finding("TL503", "error", kernel.line, kernel.col,
                        f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
@@ -55,6 +66,13 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
         report(Finding("TL504", "error", kernel.line, kernel.col,
                        f"about {res.regs_per_thread} registers per thread are live at the peak, more than {tgt.regs_per_thread_max}: the kernel would spill",
                        "raise warps (spreads the accumulators), or lower BM or BN"))
+    elif ranges is not None:
+        budget = (role_regs(ranges, tgt) or [None])[0]  # None: reported as TL510
+        if budget is not None and res.regs_per_thread > budget:
+            first = ranges[0][0]
+            report(Finding("TL504", "error", first.line, first.col,
+                           f"about {res.regs_per_thread} registers per thread are live at the peak in role {first.name}, more than its budget of {budget}: it would spill",
+                           "lower BM or BN, raise its warps, or give it more registers (regs) and the other roles fewer"))
     elif res.regs_per_thread * res.threads > tgt.regs_per_sm:
         report(Finding("TL504", "error", kernel.line, kernel.col,
                        f"{res.threads} threads x {res.regs_per_thread} registers exceed the {tgt.regs_per_sm} registers of an SM",
@@ -77,7 +95,10 @@ def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
             if isinstance(s, n.Allocate) and s.level == "shared":
                 elems = math.prod(int(evaluate(d, env)) for d in s.shape)
                 fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
-                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1)
+                ring = 1 if s.ring is None else int(evaluate(s.ring, env))
+                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1) * ring
+            elif isinstance(s, n.Allocate) and s.level == n.BARRIER:
+                out[s.name] = BARRIER_BYTES * math.prod(int(evaluate(d, env)) for d in s.shape)
         return out
     # evaluate() raises every failure of an expression as TLRuntimeError. Its value is an int or
     # a float (the env holds no arrays): int() of an infinite one (x / 0, exp of a large number)
@@ -95,7 +116,7 @@ def _smem_fix(kernel: n.Kernel, env: dict, limit: int) -> str:
     uses: set[str] = set()
     for s in n.walk(kernel.body):
         if isinstance(s, n.Allocate) and s.level == "shared":
-            for d in s.shape:
+            for d in s.shape + ((s.ring,) if s.ring is not None else ()):
                 uses |= n.expr_names(d)
         if isinstance(s, n.Loop) and s.stages is not None:
             uses |= n.expr_names(s.stages)
@@ -149,6 +170,8 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
     def flatten(body, outer: tuple[int, ...]):
         for s in body:
             order.append(s)
+            if isinstance(s, n.Role):  # laid out in program order; a role is not a loop
+                flatten(s.body, outer)
             if isinstance(s, n.Loop):
                 start = len(order)
                 flatten(s.body, outer + (id(s),))

@@ -12,6 +12,7 @@ from ...analysis.facts import scratch_ranks
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
 from ...tl.printer import print_program
+from ..base import refuse_hopper_form
 from .base import INDENT
 from .emit import KernelCode, KernelEmitter, signature
 from .prelude import PRELUDE
@@ -28,6 +29,7 @@ class CudaModule:
 
 
 def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str | None = None) -> CudaModule:
+    refuse_hopper_form(program, "the CUDA backend", file)
     if len(program.kernels) != 1:
         k = program.kernels[1] if len(program.kernels) > 1 else program
         raise TranslateError(f"a program of {len(program.kernels)} kernels (split-KV decode) has no CUDA translation yet",

@@ -23,6 +23,7 @@ from ...targets import get_target
 from ...tl import nodes as n
 from ...tl.printer import kernel as print_kernel
 from ...tl.printer import print_program
+from ..base import refuse_hopper_form
 from . import exprs
 from .emit import INDENT, KernelEmitter, stride_names
 from .launcher import KernelInfo, launcher
@@ -89,6 +90,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
     for name, value in (("head_dim", head_dim), ("head_dim_v", head_dim_v)):
         if not HEAD_DIM_MIN <= value <= HEAD_DIM_MAX:
             raise TranslateError(f"{name} = {value} is outside {HEAD_DIM_MIN}..{HEAD_DIM_MAX}", where=file, hint="the head dims an AttentionSpec allows")
+    refuse_hopper_form(program, "the Triton backend", file)
     check_rules(program, file)
     scratch = scratch_ranks(program)
     bodies: list[str] = []
