@@ -87,12 +87,13 @@ def test_random_bytes(data: bytes, rng: random.Random) -> None:
 KEYWORDS = ["kernel", "target", "computes", "dtype", "param", "scalar", "grid", "scratch", "Allocate", "in", "global", "shared",
             "register", "at", "Copy", "from", "to", "Compute", "GEMM", "and", "get", "accumulate", "Cast", "ScoreMod", "with", "Mask",
             "keep", "Softmax", "OnlineSoftmax", "state", "rescale", "Normalize", "by", "LogSumExp", "Reshape", "for", "end", "pipeline",
-            "or", "not", "causal", "window", "alibi", "softcap", "score_mod", "mask_mod", "bottom_right", "top_left"]
+            "or", "not", "causal", "window", "alibi", "softcap", "score_mod", "mask_mod", "bottom_right", "top_left",
+            "barrier", "ring", "count", "async", "Wait", "phase", "Arrive", "role", "warps", "regs"]
 NAMES = ["b", "h", "m", "j", "s", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "BM", "BN", "NSPLIT", "warps", "stages", "scale", "softcap",
          "window_left", "window_right", "q", "k", "v", "o", "lse", "alibi_slopes", "Q", "K", "V", "O", "LSE", "Qs", "Ks", "Vs", "Qr", "Kr",
          "Vr", "S", "P", "m_i", "l_i", "O_acc", "O_r", "lse_r", "q_idx", "kv_idx", "score", "qkv", "acc", "out", "fp16", "bf16", "fp32",
          "tf32", "fp8e4m3", "fp8e5m2", "fp64", "mma_a", "mma_b", "mma_c", "sm_90", "h100", "t4", "Multiply", "Add", "Exp", "RowMax",
-         "RowSum", "Maximum", "Neg", "cdiv", "min", "max", "where", "exp", "abs", "inf", "sigmoid"]
+         "RowSum", "Maximum", "Neg", "cdiv", "min", "max", "where", "exp", "abs", "inf", "sigmoid", "k_ready", "kv_free", "compute", "load"]
 NUMBERS = ["0", "1", "2", "3", "16", "64", "128", "-1", "0.5", "1e3", "1e999", "1000000000000", "9" * 40, "1" * 120]
 PUNCT = ["(", ")", "[", "]", ",", ":", "=", "?", "+", "-", "*", "/", "//", "%", "<", "<=", ">", ">=", "==", "!=", "^T", "#", "\n",
          "\n", "\n", "\n    ", "\t", "$", "\x00", "\u2028", "é"]
@@ -144,6 +145,14 @@ def _statement(rng: random.Random, tiles: list[str]) -> str:
         lambda: f"Compute Normalize {t()} by {t()} and get {t()}",
         lambda: f"Compute LogSumExp {t()}, {t()} and get {t()}",
         lambda: f"Reshape {t()} from {rng.choice(['mma_c', 'mma_a'])} to {rng.choice(['mma_a', 'mma_b'])}",
+        # the Hopper form
+        lambda: f"Allocate {t()} in shared ({e()}, {e()}) : qkv ring {rng.choice(['2', 'stages', e()])}",
+        lambda: f"Allocate {t()} in barrier{rng.choice(['', ' (2)', f' ({e()})'])}{rng.choice(['', ' count 1', f' count {e()}'])}",
+        lambda: f"Copy {t()} ({e()}, {e()}) at [{e()}, 0] from global to shared {t()}[{e()} % 2] async {t()}{rng.choice(['', f'[{e()}]'])}",
+        lambda: f"Compute GEMM {t()}, {t()}[{e()}]{rng.choice(['', '^T'])} and {rng.choice(['get', 'accumulate'])} {t()}{rng.choice(['', ' async'])}",
+        lambda: f"Wait {t()}{rng.choice(['', f'[{e()}]'])} phase {rng.choice(['0', '1', e()])}",
+        lambda: f"Wait GEMM {t()}",
+        lambda: f"Arrive {t()}{rng.choice(['', f'[{e()}]'])}",
     ])()
 
 
@@ -156,6 +165,10 @@ def random_program(rng: random.Random) -> str:
         roll = rng.random()
         if roll < 0.1 and depth < 3:
             lines.append("    " * depth + f"for j{depth} = {_expr(rng)} : {_expr(rng)}")
+            depth += 1
+        elif roll < 0.13 and depth == 0:
+            lines.append(f"role r{len(lines)} warps {rng.choice(['0', 'warps', _expr(rng)])} : {rng.choice(['warps', 'warps + 1', _expr(rng)])}"
+                         + rng.choice(["", " regs 24", " regs 250"]))
             depth += 1
         elif roll < 0.18 and depth:
             depth -= 1
