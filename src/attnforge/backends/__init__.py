@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 # name -> "module:class", in the order ``auto`` tries them.
-_REGISTRY = {"triton": "attnforge.backends.triton:TritonBackend", "cuda": "attnforge.backends.cuda:CudaBackend"}
+_REGISTRY = {"triton": "attnforge.backends.triton:TritonBackend", "cuda": "attnforge.backends.cuda:CudaBackend",
+             "gluon": "attnforge.backends.gluon:GluonBackend"}
 _instances: dict[str, Backend] = {}
 
 

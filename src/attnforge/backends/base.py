@@ -59,6 +59,7 @@ class Translation:
 class Backend(ABC):
     name: str
     source_file: str  # the file name of the source in a kernel directory
+    tl_form = "portable"  # the TL the built-in planner writes for it: "portable", or "hopper" (roles, rings, barriers: docs/TL.md)
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...

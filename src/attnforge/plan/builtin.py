@@ -539,10 +539,14 @@ class BuiltinPlanner:
 
     name = "builtin"
 
-    def __init__(self, *, tma: bool = True, prefer: Candidate | None = None):
-        self.tma, self.prefer = tma, prefer
+    def __init__(self, *, tma: bool = True, prefer: Candidate | None = None, form: str = "portable"):
+        self.tma, self.prefer, self.form = tma, prefer, form
 
     def plans(self, spec: AttentionSpec, target: Target, refused: Collection[str] = ()) -> Iterator[Plan]:
+        if self.form == "hopper":  # the backend translates the Hopper form (roles, rings, barriers): plan/hopper.py
+            from .hopper import hopper_plans
+
+            return hopper_plans(spec, target, prefer=self.prefer)
         return plans(spec, target, tma=self.tma, refused=refused, prefer=self.prefer)
 
 

@@ -39,6 +39,7 @@ class ExprContext:
     helpers: set[str] = field(default_factory=set)  # module helpers used: floordiv, floormod, tanh
     file: str | None = None
     floats: set[str] = field(default_factory=set)  # TL names holding floats (score, float scalars)
+    lib: str = "tl"  # the language module's name in the generated source (Gluon's is "gl")
 
 
 def _fail(e: n.Node, message: str, ctx: ExprContext, hint: str | None = None) -> NoReturn:
@@ -63,7 +64,7 @@ def device(e: n.Expr, ctx: ExprContext) -> str:
         left, right = device(e.left, ctx), device(e.right, ctx)
         if e.op in ("//", "%") and (is_float(e.left, ctx.floats) or is_float(e.right, ctx.floats)):
             # Triton's // and % take integers only; Python's float forms round toward -inf
-            quotient = f"tl.floor({left} / {right})"
+            quotient = f"{ctx.lib}.floor({left} / {right})"
             return quotient if e.op == "//" else f"({left} - {quotient} * {right})"
         if e.op in ("//", "%") and not (nonnegative(e.left, ctx.nonneg) and nonnegative(e.right, ctx.nonneg)):
             helper = "floordiv" if e.op == "//" else "floormod"
@@ -81,7 +82,7 @@ def device(e: n.Expr, ctx: ExprContext) -> str:
             return f"(-floordiv(-({parts[0]}), {parts[1]}))"
         if e.func == "tanh":
             ctx.helpers.add("tanh")
-        return f"{_DEVICE_FUNCS[e.func]}({', '.join(parts)})"
+        return f"{_DEVICE_FUNCS[e.func].replace('tl.', ctx.lib + '.')}({', '.join(parts)})"
     if isinstance(e, n.Index):
         if ctx.index is None:
             _fail(e, f"{e.name}[...] cannot be read here", ctx)

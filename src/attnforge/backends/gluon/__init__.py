@@ -1,0 +1,101 @@
+"""The Gluon backend (Hopper): TL in the Hopper form -> one Gluon module whose kernel streams K/V by
+TMA into an mbarrier-guarded shared-memory ring from a load warp, while compute warpgroups issue
+asynchronous wgmma GEMMs (in ping-pong, with the softmax under the next GEMM when the TL's schedule
+parameters say so). Compiled for sm_90a without a GPU; run natively on Hopper.
+
+Modules: ``shape`` (the Hopper-form kernel taken apart), ``emit`` (the module source), ``compile``
+(ahead-of-time compile and report), ``kernel`` (load and call), ``runtime`` (TMA descriptors).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...compile_report import CompileReport
+from ..base import Backend, Capabilities, Kernel, Translation
+from .emit import GluonModule, translate
+
+if TYPE_CHECKING:
+    from ...spec import AttentionSpec
+    from ...targets import Target
+    from ...tl import nodes as n
+
+DTYPES = ("fp16", "bf16")
+
+
+class GluonBackend(Backend):
+    name = "gluon"
+    source_file = "kernel_gluon.py"
+    tl_form = "hopper"  # the planner writes the Hopper form (roles, rings, barriers) for this backend
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            language="Gluon (triton.experimental.gluon 3.6): TMA, mbarrier, wgmma, warp specialisation",
+            targets="sm_90 (H100, H200, GH200)",
+            dtypes=DTYPES,
+            features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
+                      "head dims 64, 128, 256 and other multiples of 16 up to 256", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
+            notes=("no CPU interpreter: kernels are verified natively on a Hopper GPU; elsewhere generate with --no-verify",
+                   "decode (split-KV, packed GQA) is not translated yet: --backend triton",
+                   "sm_100 (tcgen05) is not mapped yet: --backend triton"),
+        )
+
+    def unsupported(self, spec: AttentionSpec, target: Target) -> str | None:
+        if target.cc[0] != 9:
+            return f"{target.name} ({target.sm}): the gluon backend writes Hopper kernels (wgmma, sm_90); use --backend triton"
+        if spec.dtype not in DTYPES:
+            return f"dtype {spec.dtype} (wgmma kernels here take {', '.join(DTYPES)})"
+        from ...plan.builtin import packs_gqa
+
+        if spec.is_decode or packs_gqa(spec):
+            return "decode (split-KV, packed GQA when Sq <= 16) programs are not translated to Gluon yet; use --backend triton"
+        for d in (spec.head_dim, spec.head_dim_v):
+            if d < 16 or d > 256 or d & (d - 1):
+                return f"head dim {d}: the gluon backend takes powers of two from 16 to 256 (Gluon tensors need power-of-two shapes)"
+        if spec.allow_tf32:
+            return "allow_tf32 (fp32 GEMM inputs): the gluon backend's wgmma kernels take fp16/bf16"
+        return None
+
+    def refused_strategies(self, target: Target) -> dict[str, str]:
+        from ...analysis import STRATEGY_PARAMS
+
+        why = "the gluon backend's kernels always load by TMA, in warp-specialised roles the TL states itself"
+        return {s: why for s in STRATEGY_PARAMS}
+
+    def translate(self, program: n.Program, *, head_dim: int, head_dim_v: int, file: str | None = None) -> Translation:
+        module = translate(program, head_dim=head_dim, head_dim_v=head_dim_v, file=file)
+        return Translation(module.source, (module.kernel,), module)
+
+    def compile(self, translation: Translation, source_path: Path, target: Target, build_dir: Path) -> list[CompileReport]:
+        from .compile import compile_for_target
+
+        return [compile_for_target(_import(source_path), target, build_dir)]
+
+    def load(self, source_path: Path, *, interpret: bool | None = None) -> Kernel:
+        from .kernel import GluonKernel
+
+        return GluonKernel(source_path, interpret=interpret)
+
+    def versions(self) -> dict[str, str]:
+        import triton
+
+        return {"triton": triton.__version__, "gluon_backend": "1"}
+
+
+def _import(path: Path):
+    """The generated module, imported for compiling (no GPU is touched at import)."""
+    import hashlib
+
+    name = "attnforge_gluon_" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+__all__ = ["GluonBackend", "GluonModule", "translate"]

@@ -1,0 +1,82 @@
+"""Compile a generated Gluon module for a table target without a GPU (an explicit ``GPUTarget``
+takes Triton to a cubin on a CPU machine), and report what the kernel became: registers and spills
+per partition, shared memory, and the Hopper instructions that must be there (wgmma, TMA bulk
+tensor copies, mbarrier waits, setmaxnreg for the roles' register budgets)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ...compile_report import FIT_HINT, CompileReport, keep, report_for, shared_error
+from ...errors import CompileError, DoesNotFitError, TargetError
+from ...targets import Target
+
+# What a Hopper-form kernel's PTX must contain: without them it is not the kernel the TL describes.
+REQUIRED_PTX = {"wgmma": r"\bwgmma\.mma_async\b", "tma": r"\bcp\.async\.bulk\.tensor\b", "mbarrier": r"\bmbarrier\.try_wait\b",
+                "setmaxnreg": r"\bsetmaxnreg\b"}
+
+
+def _signature(module: ModuleType, target_dtype: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """Triton types for the kernel's arguments, from descriptors built on CPU tensors (a
+    descriptor's type carries its block and layout; no GPU is touched)."""
+    import torch
+    from triton.runtime.jit import mangle_type
+
+    fn = getattr(module, module.KERNEL)
+    sig: dict[str, str] = {}
+    for name in fn.arg_names:
+        if name.endswith("_desc"):
+            t = name[: -len("_desc")]
+            block = module.DESC_BLOCKS[t]
+            probe = torch.empty((1, 1, max(block[2], 16), block[3]), dtype=target_dtype)
+            from .runtime import tma_descriptor
+
+            sig[name] = mangle_type(tma_descriptor(probe, t, block))
+        elif name in ("o", "lse", "alibi_slopes"):
+            sig[name] = {"o": {"torch.float16": "*fp16", "torch.bfloat16": "*bf16"}[str(target_dtype)], "lse": "*fp32", "alibi_slopes": "*fp32"}[name]
+        elif name in module.FLOAT_ARGS:
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig, {}
+
+
+def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None = None) -> CompileReport:
+    """Compile the module's kernel for ``target`` (sm_90: sm_90a); the report says what it became."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.errors import CompilationError
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.errors import OutOfResources
+
+    fn = getattr(module, module.KERNEL)
+    sig, const = _signature(module, module.TENSOR_DTYPES["q"])
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(sig.items()) if ty.startswith("*")}
+    src = GluonASTSource(fn, sig, const, attrs)
+    gpu = GPUTarget("cuda", target.cc[0] * 10 + target.cc[1], 32)
+    start = time.perf_counter()
+    try:
+        kernel = triton.compile(src, target=gpu, options={"num_warps": int(module.WG_WARPS)})
+    except (OutOfResources, CompilationError) as e:
+        oor = e if isinstance(e, OutOfResources) else e.__cause__
+        if isinstance(oor, OutOfResources) and oor.name == "shared memory":
+            raise DoesNotFitError(shared_error(module.KERNEL, int(oor.required), target), where=f"compile {module.KERNEL} for {target.name}",
+                                  hint=FIT_HINT) from e
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise CompileError(f"Gluon cannot compile {module.KERNEL} for {target.sm}: {first}", where=f"compile {module.KERNEL} for {target.name}",
+                           hint="the full compiler message is in the exception's __cause__; report a translator bug if the TL is valid") from e
+    seconds = time.perf_counter() - start
+    ptx: str = kernel.asm["ptx"]
+    missing = [tag for tag, pat in REQUIRED_PTX.items() if not re.search(pat, ptx)]
+    if missing:
+        raise TargetError(f"the compiled {module.KERNEL} has no {', '.join(missing)} instructions: it is not the Hopper kernel its TL describes",
+                          where=f"compile {module.KERNEL} for {target.name}", hint="report a translator bug with the TL")
+    name: str = kernel.metadata.name
+    if keep_dir is not None:
+        keep(Path(keep_dir), name, target, ptx, kernel.asm["cubin"])
+    return report_for(name, target, ptx, kernel.asm["cubin"], has_dot=True, num_warps=int(module.WG_WARPS), num_stages=int(module.stages),
+                      shared_bytes=int(kernel.metadata.shared), compile_seconds=seconds)

@@ -1,0 +1,172 @@
+"""Read a Hopper-form TL kernel into the pieces the Gluon translator places: the views and
+shared buffers, the load role's copies, and the compute role's tile loop taken apart into its
+barrier waits, GEMMs, score statements and softmax.
+
+The translator does not schedule: the TL's own statements (their barriers, stage indices and
+phases, bounds, score modifiers, masks) become the code; what the schedule parameters
+(``pingpong``, ``overlap``) change is where each piece goes. A compute loop that is not of the form
+below is refused with the statement that does not fit (docs/TL.md, section 11).
+
+    for j = A : B
+        Wait K_READY[slot] phase p
+        Compute GEMM Qs, Ks[slot]^T and get S async
+        Wait GEMM S
+        (Compute Multiply S, scale | Compute ScoreMod S with e)*
+        [Compute Mask S keep e]
+        Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P
+        Compute Cast P to qkv
+        Reshape P from mma_c to mma_a
+        Wait V_READY[slot] phase p
+        Compute GEMM P, Vs[slot] and accumulate O_acc async
+        Wait GEMM O_acc
+        Arrive FREE[slot]
+    end
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NoReturn
+
+from ...errors import Position, TranslateError
+from ...tl import nodes as n
+
+FORM_HINT = "the gluon backend translates the built-in planner's Hopper form (attnforge generate --backend gluon writes one to start from)"
+
+
+@dataclass(frozen=True)
+class TileLoop:
+    """One compute loop over K/V tiles, taken apart."""
+
+    loop: n.Loop
+    k_wait: n.Wait
+    qk: n.Gemm
+    scores: tuple[n.Stmt, ...]  # Multiply / ScoreMod, in order
+    mask: n.Mask | None
+    softmax: n.OnlineSoftmax
+    p_cast: n.Cast
+    p_reshape: n.Reshape
+    v_wait: n.Wait
+    pv: n.Gemm
+    release: n.Arrive
+
+
+@dataclass(frozen=True)
+class HopperKernel:
+    kernel: n.Kernel
+    params: dict[str, int]
+    views: dict[str, n.Allocate]  # TL view name -> global Allocate
+    shared: dict[str, n.Allocate]  # Qs, Ks, Vs (rings carry ``ring``)
+    barriers: dict[str, n.Allocate]
+    compute: n.Role
+    load: n.Role
+    state: tuple[n.Allocate, ...]  # the compute role's register tiles
+    q_wait: n.Wait
+    loops: tuple[TileLoop, ...]
+    epilogue: tuple[n.Stmt, ...]
+
+    @property
+    def pingpong(self) -> bool:
+        return bool(self.params.get("pingpong", 0))
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.params.get("overlap", 0))
+
+
+def _fail(node: n.Node, message: str, file: str | None, hint: str = FORM_HINT) -> NoReturn:
+    raise TranslateError(message, where=Position(node.line, node.col, file), hint=hint)
+
+
+class _Reader:
+    """Takes statements off a block in order, refusing the first that is not what the form wants."""
+
+    def __init__(self, body: tuple[n.Stmt, ...], owner: n.Node, file: str | None):
+        self.body, self.i, self.owner, self.file = body, 0, owner, file
+
+    def peek(self) -> n.Stmt | None:
+        return self.body[self.i] if self.i < len(self.body) else None
+
+    def take(self, kind: type, what: str):
+        s = self.peek()
+        if not isinstance(s, kind):
+            _fail(s or self.owner, f"expected {what} here, found {type(s).__name__ if s else 'the end of the block'}", self.file)
+        self.i += 1
+        return s
+
+    def rest(self) -> tuple[n.Stmt, ...]:
+        out, self.i = self.body[self.i:], len(self.body)
+        return out
+
+
+def _tile_loop(loop: n.Loop, file: str | None) -> TileLoop:
+    r = _Reader(loop.body, loop, file)
+    k_wait = r.take(n.Wait, "the Wait for the K slot")
+    qk = r.take(n.Gemm, "the asynchronous QK^T GEMM from shared memory")
+    if not (qk.is_async and qk.b_trans and qk.b_index is not None and not qk.accumulate):
+        _fail(qk, "the QK^T GEMM must read a K ring slot transposed and be asynchronous ('... Ks[slot]^T and get S async')", file)
+    w = r.take(n.WaitGemm, f"Wait GEMM {qk.out}")
+    if w.name != qk.out:
+        _fail(w, f"expected Wait GEMM {qk.out}", file)
+    scores: list[n.Stmt] = []
+    while isinstance(r.peek(), (n.Elementwise, n.ScoreMod)):
+        s = r.take((n.Elementwise, n.ScoreMod), "a score statement")
+        if isinstance(s, n.Elementwise) and not (s.op == "Multiply" and s.out is None and len(s.args) == 2):
+            _fail(s, f"Compute {s.op} on the scores: the gluon backend takes Multiply S, scale and ScoreMod there", file)
+        scores.append(s)
+    mask = r.take(n.Mask, "the Mask") if isinstance(r.peek(), n.Mask) else None
+    softmax = r.take(n.OnlineSoftmax, "the OnlineSoftmax")
+    cast = r.take(n.Cast, "the Cast of P")
+    reshape = r.take(n.Reshape, "Reshape P from mma_c to mma_a")
+    v_wait = r.take(n.Wait, "the Wait for the V slot")
+    pv = r.take(n.Gemm, "the asynchronous PV GEMM")
+    if not (pv.is_async and pv.accumulate and pv.b_index is not None and pv.a == reshape.name):
+        _fail(pv, "the PV GEMM must take P from registers, a V ring slot from shared memory, accumulate and be asynchronous", file)
+    w = r.take(n.WaitGemm, f"Wait GEMM {pv.out}")
+    if w.name != pv.out:
+        _fail(w, f"expected Wait GEMM {pv.out}", file)
+    release = r.take(n.Arrive, "the Arrive that gives the slot back")
+    if r.peek() is not None:
+        _fail(r.peek(), "nothing may follow the Arrive in the compute loop", file)
+    return TileLoop(loop, k_wait, qk, tuple(scores), mask, softmax, cast, reshape, v_wait, pv, release)
+
+
+def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
+    """The pieces of a checked Hopper-form kernel (see the module docstring)."""
+    params = {p.name: p.value for p in kernel.params if p.value is not None}
+    views: dict[str, n.Allocate] = {}
+    shared: dict[str, n.Allocate] = {}
+    barriers: dict[str, n.Allocate] = {}
+    roles: list[n.Role] = []
+    for s in kernel.body:
+        if isinstance(s, n.Allocate) and s.level == "global":
+            views[s.name] = s
+        elif isinstance(s, n.Allocate) and s.level == "shared":
+            shared[s.name] = s
+        elif isinstance(s, n.Allocate) and s.level == "barrier":
+            barriers[s.name] = s
+        elif isinstance(s, n.Role):
+            roles.append(s)
+        else:
+            _fail(s, f"{type(s).__name__} at the top of a Hopper-form kernel: only Allocates and roles go there", file)
+    if len(roles) != 2:
+        _fail(kernel, f"the gluon backend takes two roles (compute, then load); this kernel has {len(roles)}", file)
+    compute, load = roles
+    r = _Reader(compute.body, compute, file)
+    state = []
+    while isinstance(r.peek(), n.Allocate):
+        state.append(r.take(n.Allocate, "a register tile"))
+    q_wait = r.take(n.Wait, "the Wait for the Q tile")
+    loops = []
+    while isinstance(r.peek(), n.Loop):
+        loops.append(_tile_loop(r.take(n.Loop, "a tile loop"), file))
+    if not loops or len(loops) > 2:
+        _fail(compute, f"the compute role needs one tile loop, or two (tiles seen whole, then masked tiles); it has {len(loops)}", file)
+    if len(loops) == 2:
+        a, b = loops
+        if a.mask is not None or b.mask is None or a.loop.stop != b.loop.start:
+            _fail(b.loop, "two tile loops must be the unmasked tiles, then the masked ones from where the first stops", file)
+        same = ("k_wait", "qk", "scores", "softmax", "p_cast", "p_reshape", "v_wait", "pv", "release")
+        if any(getattr(a, f) != getattr(b, f) for f in same) or a.loop.var != b.loop.var:
+            _fail(b.loop, "the masked tile loop must repeat the unmasked one, with a Mask added", file)
+    return HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, tuple(loops), r.rest())
