@@ -15,12 +15,14 @@ run() {
     fail=$((fail + 1)); echo "FAIL $name (rc $?)"; grep -m3 "FAIL\|error" "$out/$name.log"
   fi
 }
+if [ -z "${ONLY_FEATURES:-}" ]; then
 for dt in fp16 bf16; do
   for d in 64 128 256; do
     run "${dt}_d${d}_causal" --dtype $dt --head-dim $d --heads 4 --kv-heads 2 --seqlen-q 1000 --seqlen-k 1000 --causal
     run "${dt}_d${d}_full" --dtype $dt --head-dim $d --heads 4 --kv-heads 4 --seqlen-q 777 --seqlen-k 1031
   done
 done
+fi
 run bf16_topleft --dtype bf16 --head-dim 128 --heads 4 --kv-heads 1 --seqlen-q 300 --seqlen-k 900 --causal --causal-align top_left
 run bf16_sq_gt_sk --dtype bf16 --head-dim 128 --heads 2 --kv-heads 2 --seqlen-q 900 --seqlen-k 300 --causal
 run bf16_window --dtype bf16 --head-dim 64 --heads 4 --kv-heads 2 --seqlen-q 1000 --seqlen-k 1000 --window 128,0
