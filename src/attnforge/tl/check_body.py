@@ -20,7 +20,7 @@ from .check_gemm import GemmChecks
 from .check_hopper import HopperChecks
 from .check_info import Info, dims_text
 from .check_packed import Packed, PackedViews
-from .check_roles import check_layout
+from .check_roles import check_layout, check_phases
 from .evaluate import KindError, evaluate, expr_kind
 from .findings import Finding
 from .printer import expr as show
@@ -145,6 +145,8 @@ class KernelCheck(GemmChecks, PackedViews, HopperChecks):
             env[axis.name] = 0 if extent is None or self.probe == 0 else max(0, extent - 1)
         check_layout(self)
         self.block(self.k.body, env, None)
+        if not n.roles(self.k):  # barriers without roles: the body is one role
+            check_phases(self, self.k.name, self.k.body, env)
         for tensor in sorted((self.read & self.written) - set(INPUTS)):  # writes to inputs are TL408
             node = self.read_at[tensor]
             self.add("TL412", node, f"kernel {self.k.name} reads {tensor}, which it also writes; program instances run in no fixed order, so one may read another's unfinished result",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 WARPGROUP = 4  # wgmma is issued by a warpgroup: 4 consecutive warps, the first a multiple of 4
 REGS_MIN, REGS_MAX, REGS_STEP = 24, 256, 8  # setmaxnreg's range and granule
 LOOP_CAP = 256  # trips unrolled per loop by the phase rule
-WAIT_CAP = 4096  # Waits simulated per role by the phase rule
+WAIT_CAP = 4096  # Waits and loop trips simulated per role by the phase rule (nested loops multiply)
 
 
 def _quiet(e: n.Expr, env: dict) -> object:
@@ -160,6 +160,8 @@ def check_phases(kc: KernelCheck, role: str, body: tuple[n.Stmt, ...], env: dict
     slot that Arrive releases, (n + 1) % 2 (it starts free). Loops are unrolled at the probe's
     values (at most LOOP_CAP trips each); the first mismatch of each Wait is reported."""
     kinds = barrier_kinds(kc.k)
+    if not kinds:
+        return
     counts: dict[tuple[str, int], int] = {}
     reported: set[int] = set()
     left = [WAIT_CAP]
@@ -172,6 +174,9 @@ def check_phases(kc: KernelCheck, role: str, body: tuple[n.Stmt, ...], env: dict
                 start, stop = _quiet(s.start, env), _quiet(s.stop, env)
                 if isinstance(start, int) and isinstance(stop, int):
                     for i in range(start, min(stop, start + LOOP_CAP)):
+                        left[0] -= 1
+                        if left[0] <= 0:
+                            return
                         run(s.body, {**env, s.var: i}, at + (f"{s.var} = {i}",))
             elif isinstance(s, n.Wait) and s.barrier.name in kinds:
                 slot = 0 if s.barrier.index is None else _quiet(s.barrier.index, env)

@@ -188,6 +188,12 @@ class _Build(Transformer):
         return n.Allocate(str(items[0]), "register", items[1], dtype=str(items[2]), init=items[3], **_at(meta))
 
     # -- the Hopper form
+    def _no_roles(self, body: list, tok: Token, block: str) -> None:
+        """Roles stand at the top level of a kernel body only, never inside a loop or a role."""
+        for s in body:
+            if isinstance(s, n.Role):
+                self._fail(tok, f"role {s.name} is inside {block}", "roles appear only at the top level of the kernel body; close the enclosing block with 'end' first")
+
     @v_args(meta=True)
     def alloc_barrier(self, meta, items):
         name, shape, count = items
@@ -227,9 +233,7 @@ class _Build(Transformer):
     @v_args(meta=True)
     def role(self, meta, items):
         name, start, stop, regs, *body = items
-        for s in body:
-            if isinstance(s, n.Role):
-                self._fail(name, f"role {s.name} is inside role {name}", "roles appear only at the top level of the kernel body; close this role with 'end' first")
+        self._no_roles(body, name, f"role {name}")
         if regs is not None and len(regs) > MAX_INT_DIGITS:
             self._fail(regs, f"integer literal of {len(regs)} digits is too long", f"write at most {MAX_INT_DIGITS} digits")
         return n.Role(str(name), start, stop, int(regs) if regs is not None else None, tuple(body), **_at(meta))
@@ -317,9 +321,7 @@ class _Build(Transformer):
     @v_args(meta=True)
     def loop(self, meta, items):
         var, start, stop, stages, *body = items
-        for s in body:
-            if isinstance(s, n.Role):
-                self._fail(var, f"role {s.name} is inside the loop over {var}", "roles appear only at the top level of the kernel body")
+        self._no_roles(body, var, f"the loop over {var}")
         return n.Loop(str(var), start, stop, stages, tuple(body), **_at(meta))
 
     # -- kernel and program

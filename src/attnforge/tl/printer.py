@@ -109,10 +109,7 @@ def stmt(s: n.Stmt, depth: int = 0) -> list[str]:
         return [f"{pad}Wait GEMM {s.name}"]
     if isinstance(s, n.Role):
         regs = f" regs {s.regs}" if s.regs is not None else ""
-        lines = [f"{pad}role {s.name} warps {expr(s.warp_start)} : {expr(s.warp_stop)}{regs}"]
-        for inner in s.body:
-            lines += stmt(inner, depth + 1)
-        return lines + [f"{pad}end"]
+        return _block(f"role {s.name} warps {expr(s.warp_start)} : {expr(s.warp_stop)}{regs}", s.body, depth)
     if isinstance(s, n.Elementwise):
         # Operands are read at the '+' level (so 'and get' is never a boolean 'and'): wrap looser ones.
         args = ", ".join(_wrap(a, _PREC["+"], False) for a in s.args)
@@ -136,11 +133,16 @@ def stmt(s: n.Stmt, depth: int = 0) -> list[str]:
         return [f"{pad}Reshape {s.name} from {s.src_layout} to {s.dst_layout}"]
     if isinstance(s, n.Loop):
         stages = f" pipeline {expr(s.stages)}" if s.stages is not None else ""
-        lines = [f"{pad}for {s.var} = {expr(s.start)} : {expr(s.stop)}{stages}"]
-        for inner in s.body:
-            lines += stmt(inner, depth + 1)
-        return lines + [f"{pad}end"]
+        return _block(f"for {s.var} = {expr(s.start)} : {expr(s.stop)}{stages}", s.body, depth)
     raise TypeError(f"not a statement: {s!r}")
+
+
+def _block(head: str, body: tuple[n.Stmt, ...], depth: int) -> list[str]:
+    """A loop or a role: its head line, its body one level deeper, and ``end``."""
+    lines = [INDENT * depth + head]
+    for inner in body:
+        lines += stmt(inner, depth + 1)
+    return lines + [INDENT * depth + "end"]
 
 
 def _feature(f: n.Feature) -> str:
