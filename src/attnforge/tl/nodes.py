@@ -293,6 +293,8 @@ class Role(Node):
 
 Stmt = Union[Allocate, Copy, Gemm, Elementwise, Cast, ScoreMod, Mask, Softmax, OnlineSoftmax, Normalize, LogSumExp, Reshape, Loop,
              Wait, Arrive, WaitGemm, Role]
+# Statements only the Hopper form has (besides the Hopper fields of Allocate, Copy and Gemm).
+HOPPER_STATEMENTS = (Role, Wait, Arrive, WaitGemm)
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,7 @@ def hopper_statement(kernel: Kernel) -> Node | None:
     """The first statement of the Hopper form in ``kernel`` (role, barrier, ring, async copy or
     GEMM, Wait, Arrive), or None: what only a translator for Hopper-native code can express."""
     for s in walk(kernel.body):
-        if isinstance(s, (Role, Wait, Arrive, WaitGemm)):
+        if isinstance(s, HOPPER_STATEMENTS):
             return s
         if isinstance(s, Allocate) and (s.level == BARRIER or s.ring is not None):
             return s
