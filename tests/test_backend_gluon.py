@@ -1,0 +1,139 @@
+"""The Gluon backend on a CPU machine: the planner's Hopper form checks clean, translates to Gluon
+with each TL line above its code, and compiles for sm_90a with wgmma, TMA bulk copies, mbarrier
+waits and per-role register budgets in the PTX, within the H200's shared memory and without
+spills; what it cannot build is refused with the reason; the synchronisation bugs the issue names
+(a dropped wait, a wrong phase, a wrong stage index) are stopped before any kernel is written.
+Native verification runs on a Hopper GPU (bench/gluon_grid_gpu.sh)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnforge import AttentionSpec, get_target
+from attnforge.backends import choose_backend, get_backend, names
+from attnforge.errors import AttnforgeError, TLCheckError
+from attnforge.generate import generate
+from attnforge.plan.hopper import hopper_plans, hopper_source
+from attnforge.tl.checker import check
+from attnforge.judge import interpret_against_spec
+from attnforge.tl.harness import Shape
+from attnforge.tl.parser import parse
+
+gluon = get_backend("gluon")
+H200 = get_target("h200")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _plan(spec: AttentionSpec):
+    return next(hopper_plans(spec, H200))
+
+
+def _compiled(spec: AttentionSpec, tmp_path):
+    """The first plan that compiles without spills (as generate does), with its source and report."""
+    from attnforge.compile_report import check_fits
+    from attnforge.errors import DoesNotFitError
+
+    for i, p in enumerate(hopper_plans(spec, H200)):
+        tr = gluon.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
+        path = tmp_path / f"k{i}" / gluon.source_file
+        path.parent.mkdir(parents=True)
+        path.write_text(tr.source)
+        try:
+            (report,) = gluon.compile(tr, path, H200, tmp_path / f"k{i}" / "build")
+            check_fits(report, H200)
+        except DoesNotFitError:
+            continue
+        return p, tr.source, report
+    raise AssertionError("no plan fits")
+
+
+def test_registered_and_refusing_what_it_cannot_build():
+    assert "gluon" in names() and gluon.tl_form == "hopper"
+    assert choose_backend("gluon", AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200) is gluon
+    for spec, target, words in [
+        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "a100", "Hopper"),
+        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "b200", "Hopper"),
+        (AttentionSpec(heads=4, head_dim=128, dtype="fp32"), "h200", "fp16, bf16"),
+        (AttentionSpec(heads=4, head_dim=96, dtype="bf16"), "h200", "powers of two"),
+        (AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), "h200", "decode"),
+    ]:
+        with pytest.raises(AttnforgeError, match=words):
+            choose_backend("gluon", spec, get_target(target))
+
+
+@pytest.mark.parametrize("spec", [
+    AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=300, seqlen_k=300),
+    AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=333, seqlen_k=1000),
+    AttentionSpec(heads=2, head_dim=256, dtype="bf16", causal=True, causal_align="top_left", seqlen_q=200, seqlen_k=500),
+], ids=["gqa-d128-causal", "mha-d64-full", "d256-topleft"])
+def test_compiles_for_sm90a_with_the_hopper_instructions(spec, tmp_path):
+    p, source, report = _compiled(spec, tmp_path)
+    assert {"wgmma", "tma"} <= set(report.instructions) and report.spill_bytes == 0
+    assert report.shared_bytes <= H200.smem_per_block_optin and report.ptx_target == "sm_90a"
+    ptx = next((tmp_path).rglob("*.ptx")).read_text()
+    for pattern in (r"wgmma\.mma_async", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg"):
+        assert re.search(pattern, ptx), pattern
+    # the roles and the ring are the TL's own
+    for needle in ("# TL: role compute warps 0 : warps", "# TL: Allocate Ks in shared (BN, D) : qkv ring stages",
+                   "# TL: Wait k_ready[j % stages] phase j // stages % 2", "# TL: Arrive kv_free[j % stages]",
+                   "gl.warp_specialize(", "warpgroup_mma(", "tma.async_copy_global_to_shared("):
+        assert needle in source, needle
+
+
+def test_features_translate_and_compile(tmp_path):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", window_left=100, window_right=0, softcap=20.0,
+                         alibi_slopes="auto", score_mod="score - 0.01 * abs(q_idx - kv_idx)", mask_mod="(q_idx + kv_idx) % 3 != 0",
+                         seqlen_q=300, seqlen_k=400)
+    p, source, report = _compiled(spec, tmp_path)
+    assert "alibi_slopes" in source and "tanh(" in source and "wgmma" in report.instructions
+    # a window starts the ring at the first visible tile: slot and phase count from there
+    assert "% stages" in p.source and "(j - (" in p.source
+
+
+def test_the_hopper_form_interprets_to_the_reference():
+    spec = AttentionSpec(heads=2, kv_heads=1, head_dim=64, dtype="bf16", causal=True, seqlen_q=200, seqlen_k=200)
+    program = parse(hopper_source(spec, H200, dict(BM=64, BN=32, warps=8, stages=2, pingpong=1, overlap=1)), file="kernel.tl")
+    assert check(program, H200, head_dim=64, head_dim_v=64).ok
+    (report,) = interpret_against_spec(program, spec, [Shape(B=1, Hq=2, Hkv=1, Sq=200, Sk=200, D=64, Dv=64)])
+    assert report.passed and report.loop_trips > 0
+
+
+@pytest.mark.parametrize("old,new,what", [
+    ("        Wait k_ready[j % stages] phase (j // stages) % 2\n", "", "dropped wait"),
+    ("Wait k_ready[j % stages] phase (j // stages) % 2", "Wait k_ready[j % stages] phase (j // stages + 1) % 2", "wrong phase"),
+    ("Compute GEMM Qs, Ks[j % stages]^T", "Compute GEMM Qs, Ks[(j + 1) % stages]^T", "wrong stage index"),
+])
+def test_synchronisation_bugs_never_reach_a_kernel(old, new, what, tmp_path):
+    spec = AttentionSpec(heads=2, head_dim=64, dtype="bf16", seqlen_q=256, seqlen_k=256)
+    text = hopper_source(spec, H200, dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1))
+    assert old in text
+    bad = tmp_path / "bad.tl"
+    bad.write_text(text.replace(old, new))
+    result = generate(spec, H200, tmp_path / "out", backend="gluon", tl=bad.read_text(), tl_file=str(bad), run_verification=False)
+    assert not result.ok and result.failed_step in ("plan", "check", "interpret"), (what, result.failed_step)
+    assert not (tmp_path / "out" / gluon.source_file).exists()
+
+
+def test_generate_on_a_cpu_machine_compiles_and_says_it_is_not_verified(tmp_path):
+    import torch
+
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="fp16", causal=True, seqlen_q=256, seqlen_k=256)
+    result = generate(spec, H200, tmp_path / "out", backend="gluon", run_verification=False)
+    assert result.ok and result.backend.name == "gluon" and result.plan.params["pingpong"] == 1
+    assert (tmp_path / "out" / "kernel_gluon.py").is_file() and list((tmp_path / "out" / "build").glob("*.cubin"))
+    if not torch.cuda.is_available():
+        with pytest.raises(AttnforgeError, match="natively on a Hopper GPU only"):
+            gluon.load(tmp_path / "out" / "kernel_gluon.py")
+
+
+def test_a_decode_spec_is_refused_by_the_hopper_planner():
+    with pytest.raises(AttnforgeError):
+        next(hopper_plans(AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), H200))
+    with pytest.raises(TLCheckError):  # a checker refusal that smaller tiles cannot fix surfaces as itself
+        next(hopper_plans(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), get_target("a100")))
