@@ -53,7 +53,7 @@ def _fitting(spec: AttentionSpec, target: str, tmp_path):
 
 
 def test_registered_after_triton_and_listed():
-    assert names() == ("triton", "cuda")
+    assert names()[:2] == ("triton", "cuda")
     assert cuda.source_file == "kernel_cuda.cu"
     assert choose_backend("cuda", AttentionSpec(heads=4, head_dim=64, dtype="fp16"), get_target("t4")) is cuda
     assert set(cuda.refused_strategies(get_target("h100"))) == {"tma", "persistent", "ws"}

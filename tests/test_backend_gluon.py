@@ -137,3 +137,21 @@ def test_a_decode_spec_is_refused_by_the_hopper_planner():
         next(hopper_plans(AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), H200))
     with pytest.raises(TLCheckError):  # a checker refusal that smaller tiles cannot fix surfaces as itself
         next(hopper_plans(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), get_target("a100")))
+
+
+def test_gluon_mutants_apply_and_still_compile(tmp_path):
+    """Each planted synchronisation bug changes the generated kernel and still compiles for sm_90a:
+    the compiler does not catch it, so the GPU check's verification must (gluon.gpucheck)."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
+
+    spec, target = SPECS["hopper"]
+    _, source, _ = _compiled(spec, tmp_path)
+    for m in GLUON_MUTANTS:
+        text = m.apply(source)
+        assert text != source
+        path = tmp_path / f"{m.name}.py"
+        path.write_text(text)
+        report = compile_for_target(_import(path), get_target(target))
+        assert "wgmma" in report.instructions, m.name

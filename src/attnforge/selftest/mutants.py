@@ -23,6 +23,8 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),  # packed GQA (G = 2)
     # speculative decoding: Sq = 4 queries of G = 2 heads packed per K/V head, causal, ALiBi per packed row
     "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
+    # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS
+    "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
 }
 
 
@@ -158,6 +160,25 @@ CUDA_MUTANTS: tuple[Mutant, ...] = (
     Mutant("cuda_cp_async_wait_missing", "causal", "kernel",
            r"(// TL: Copy K \(BN, D\) at \[j, 0\] from global to shared Ks\n\s*)af_cp_wait<\d+>\(\);[^\n]*\n",
            r"\1", "the K tile is read without waiting for its cp.async group (the barrier alone does not wait for cp.async)", every=True),
+)
+
+
+# Mutants of the gluon backend's output (kernel_gluon.py): the synchronisation bugs a Hopper kernel can
+# have and the TL checker cannot see once the TL is right (a translator bug). Not in MUTANTS: Gluon
+# kernels run natively on Hopper only. ``python -m attnforge.backends.gluon.gpucheck --phase mutants``
+# plants each in its spec's kernel and verifies it on the GPU in a process with a deadline (a hang
+# is a catch); the CPU tests check that each still compiles, so the verification is what must catch it.
+GLUON_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("gluon_first_k_wait_dropped", "hopper", "kernel",
+           r"^\s*mbarrier\.wait\(k_ready\.index\(\(lo % stages\)\), \(\(lo // stages\) % 2\)\)\n", "",
+           "the first K tile is read by the QK^T GEMM without waiting for its TMA copy to land"),
+    Mutant("gluon_v_wait_wrong_phase", "hopper", "kernel",
+           r"mbarrier\.wait\(v_ready\.index\(\(j % stages\)\), \(\(j // stages\) % 2\)\)",
+           "mbarrier.wait(v_ready.index((j % stages)), (((j // stages) + 1) % 2))",
+           "the V slot's wait checks the other phase: it passes before the copy lands (or never)"),
+    Mutant("gluon_v_wrong_stage", "hopper", "kernel",
+           r"v_t = Vs\.index\(\(j % stages\)\)", "v_t = Vs.index(((j + 1) % stages))",
+           "the PV GEMM reads the next ring slot's V tile instead of tile j's"),
 )
 
 

@@ -42,7 +42,9 @@ def _signature(module: ModuleType, target_dtype: Any) -> tuple[dict[str, str], d
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
-    return sig, {}
+    # the softmax scale's sign is a specialisation (the launch passes scale > 0): compile the usual one
+    sig["SCALE_POSITIVE"] = "constexpr"
+    return sig, {"SCALE_POSITIVE": True}
 
 
 def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None = None) -> CompileReport:

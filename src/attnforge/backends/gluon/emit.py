@@ -171,13 +171,19 @@ def _softmax_fn(m: _Module, loop: TileLoop, masked_from: str | None) -> None:
     c = "1.0" if folded else repr(LOG2E)
     rt = ", ".join(m.runtime_args())
     m.emit("@gluon.jit")
-    m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr):")
+    m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
     m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
     m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
     extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", "j": "j"}
+    fused = None  # folded: the scale times log2(e), applied inside the softmax's FMA where its sign allows
     for s in loop.scores:
         m.tl(s, 1)
-        if isinstance(s, n.Elementwise):
+        if isinstance(s, n.Elementwise) and folded and len(loop.scores) == 1:
+            fused = f"({m.dev(s.args[1], extra)}) * {LOG2E}"
+            m.emit(f"c = {fused}", 1)
+            m.emit("if not SCALE_POSITIVE:  # max(S * c) is max(S) * c only for c > 0: scale the tile first", 1)
+            m.emit("S = S * c", 2)
+        elif isinstance(s, n.Elementwise):
             factor = m.dev(s.args[1], extra)
             m.emit(f"S = S * ({factor} * {LOG2E})" if folded else f"S = S * ({factor})", 1)
         else:
@@ -191,10 +197,21 @@ def _softmax_fn(m: _Module, loop: TileLoop, masked_from: str | None) -> None:
             m.emit("if j >= split:", 1)
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 2)
     m.tl(loop.softmax, 1)
-    m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 1)
-    m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 1)
-    m.emit(f"P = gl.exp2(S * {c} - gl.expand_dims(m_use * {c}, 1))", 1)
-    m.emit(f"alpha = gl.exp2((m_i - m_use) * {c})", 1)
+    if fused is not None:  # the running max is kept in log2 units: m = max(S) * c
+        m.emit("if SCALE_POSITIVE:", 1)
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1) * c)", 2)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 2)
+        m.emit("P = gl.exp2(S * c - gl.expand_dims(m_use, 1))", 2)
+        m.emit("else:", 1)
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 2)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)", 2)
+        m.emit("P = gl.exp2(S - gl.expand_dims(m_use, 1))", 2)
+        m.emit("alpha = gl.exp2(m_i - m_use)", 1)
+    else:
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 1)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 1)
+        m.emit(f"P = gl.exp2(S * {c} - gl.expand_dims(m_use * {c}, 1))", 1)
+        m.emit(f"alpha = gl.exp2((m_i - m_use) * {c})", 1)
     m.emit("l_i = l_i * alpha + gl.sum(P, axis=1)", 1)
     m.tl(loop.p_cast, 1)
     m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
@@ -241,7 +258,7 @@ def _turn(m: _Module, indent: int, take: bool) -> None:
 
 
 def _softmax_call(at: str, rt: str) -> str:
-    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout)"
+    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE)"
 
 
 def _compute_fn(m: _Module) -> None:
@@ -251,7 +268,7 @@ def _compute_fn(m: _Module) -> None:
     rt = ", ".join(m.runtime_args())
     shared = ", ".join([*hk.shared, *hk.barriers, "turn"])
     m.emit("@gluon.jit")
-    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {rt}):")
+    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {rt}, SCALE_POSITIVE: gl.constexpr):")
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
     m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
     m.emit("o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, Dv, 16])", 1)
@@ -382,7 +399,7 @@ def _kernel_fn(m: _Module) -> None:
     hk = m.hk
     rt = m.runtime_args()
     m.emit("@gluon.jit")
-    m.emit(f"def {hk.kernel.name}(q_desc, k_desc, v_desc, {', '.join(a for a in rt if a not in ('m', 'b', 'h'))}):")
+    m.emit(f"def {hk.kernel.name}(q_desc, k_desc, v_desc, {', '.join(a for a in rt if a not in ('m', 'b', 'h'))}, SCALE_POSITIVE: gl.constexpr):")
     grid_lines, _ = _grid(m)
     for line in grid_lines:
         m.emit(line, 1)
@@ -414,10 +431,10 @@ def _kernel_fn(m: _Module) -> None:
     args = ", ".join(rt)
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}", 1)
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
-    parts = [f"(_compute, (0, {shared}, {args}))"]
+    parts = [f"(_compute, (0, {shared}, {args}, SCALE_POSITIVE))"]
     warps, regs = [], []
     if hk.pingpong:
-        parts.append(f"(_compute, (1, {shared}, {args}))")
+        parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
         regs.append(str(COMPUTE_REGS))
     parts.append(f"(_load, (q_desc, k_desc, v_desc, {shared}, {args}))")
@@ -466,7 +483,7 @@ def _launch_fn(m: _Module, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
               "sl_b": "lse.stride(0)", "sl_h": "lse.stride(1)", "sl_s": "lse.stride(2)", "sa": "alibi_slopes.stride(0)"}
     args = ", ".join(values.get(a, a) for a in rt)
     m.emit(f"grid = ({', '.join(extents)},)", 1)
-    m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, num_warps=WG_WARPS)", 1)
+    m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, SCALE_POSITIVE=scale > 0, num_warps=WG_WARPS)", 1)
 
 
 def _const(m: _Module, e: n.Expr) -> int:

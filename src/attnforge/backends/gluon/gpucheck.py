@@ -1,0 +1,159 @@
+"""GPU check of the Gluon backend (run on a Hopper machine from the repository root):
+
+    PYTHONPATH=src:.gpu_deps python3 -m attnforge.backends.gluon.gpucheck --out $OUT [--phase mutants,ab]
+
+mutants: the Gluon mutants of selftest/mutants.py (a dropped barrier wait, a wrong phase, a wrong
+stage index), each planted in its spec's generated kernel and verified natively in a process of
+its own with a deadline: a mutant that hangs the GPU (a barrier wait that never completes) is
+killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control.
+ab: the generated kernel timed beside variants of its own source (``AB_VARIANTS``) and SDPA's
+cuDNN backend, for choosing what the translator emits. Prints one line per item; JSON under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MUTANT_DEADLINE_S = 45.0
+# (name, old, new): edits of a generated module, timed against it (same row, same run)
+AB_VARIANTS = (
+    ("load-4-warps", "], [WG_WARPS, 1], [240, 24])", "], [WG_WARPS, 4], [240, 24])"),
+)
+AB_ROWS = (("bf16", 128, False), ("bf16", 128, True), ("bf16", 64, False))
+
+
+def _build(spec, out: Path, tag: str) -> tuple[Path, dict]:
+    """The first plan's kernel that compiles for h200 without spills: (module path, params)."""
+    from ...compile_report import check_fits
+    from ...errors import DoesNotFitError
+    from ...plan.hopper import hopper_plans
+    from ...targets import get_target
+    from . import GluonBackend
+
+    be, target = GluonBackend(), get_target("h200")
+    for i, p in enumerate(hopper_plans(spec, target)):
+        tr = be.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
+        path = out / "src" / f"{tag}-{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tr.source)
+        try:
+            (report,) = be.compile(tr, path, target, out / "build")
+            check_fits(report, target)
+        except DoesNotFitError:
+            continue
+        return path, p.params
+    raise RuntimeError("no plan fits h200")
+
+
+def _verify_one(module: Path, spec_key: str, params: dict) -> None:
+    """Child process: verify ``module`` for the spec; exit 0 passed, 1 failed (printing why)."""
+    from ...selftest.mutants import SPECS
+    from ...targets import get_target
+    from ...verify import verify
+    from .kernel import GluonKernel
+
+    spec, target = SPECS[spec_key]
+    rec = verify(GluonKernel(module), spec, params, target=get_target(target))
+    bad = next((f"{c.shape}: {c.error or c.worst}" for c in rec.cases if not c.passed), "")
+    print(("PASSED" if rec.passed else "FAILED ") + bad[:300], flush=True)
+    sys.exit(0 if rec.passed else 1)
+
+
+def phase_mutants(out: Path) -> list[dict]:
+    from ...selftest.mutants import GLUON_MUTANTS, SPECS
+
+    rows = []
+    bases: dict[str, Path] = {}
+    params: dict[str, dict] = {}
+    for m in GLUON_MUTANTS:
+        if m.spec not in bases:
+            bases[m.spec], params[m.spec] = _build(SPECS[m.spec][0], out, f"base-{m.spec}")
+    jobs = [("control-" + key, key, path) for key, path in bases.items()]
+    for m in GLUON_MUTANTS:
+        path = out / "src" / f"mutant-{m.name}.py"
+        path.write_text(m.apply(bases[m.spec].read_text()))
+        jobs.append((m.name, m.spec, path))
+    for name, key, path in jobs:
+        start = time.time()
+        try:
+            p = subprocess.run([sys.executable, "-m", __name__, "--verify-one", str(path), "--spec", key, "--params", json.dumps(params[key])],
+                               capture_output=True, text=True, timeout=MUTANT_DEADLINE_S)
+            passed, detail = p.returncode == 0, (p.stdout.strip().splitlines() or [p.stderr.strip()[-300:]])[-1]
+        except subprocess.TimeoutExpired:
+            passed, detail = False, f"no result within {MUTANT_DEADLINE_S:.0f} s (a barrier wait that never completes)"
+        control = name.startswith("control-")
+        ok = passed if control else not passed
+        rows.append(dict(name=name, control=control, passed_verification=passed, as_expected=ok, detail=detail, seconds=round(time.time() - start, 1)))
+        print(f"{name:32s} {'control ' if control else 'mutant  '} {'PASSED' if passed else 'KILLED' if not control else 'FAILED'}"
+              f" ({'as expected' if ok else 'NOT AS EXPECTED'}; {time.time() - start:.0f} s) {detail[:160]}", flush=True)
+    return rows
+
+
+def phase_ab(out: Path) -> list[dict]:
+    import importlib.util
+
+    import torch
+    import torch.nn.functional as F
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ...spec import AttentionSpec
+
+    def load(path: Path):
+        spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    rows = []
+    for dtype, d, causal in AB_ROWS:
+        spec = AttentionSpec(batch=4, heads=2048 // d, head_dim=d, dtype=dtype, causal=causal, seqlen_q=4096, seqlen_k=4096)
+        base, params = _build(spec, out, f"ab-{dtype}-d{d}-{'causal' if causal else 'full'}")
+        variants = [("generated", base)]
+        for name, old, new in AB_VARIANTS:
+            text = base.read_text()
+            if old in text:
+                path = base.with_name(f"{base.stem}-{name}.py")
+                path.write_text(text.replace(old, new))
+                variants.append((name, path))
+        q, k, v = (torch.randn(4, 2048 // d, 4096, d, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype])) for _ in range(3))
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            t_ref = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        line = {"row": f"{dtype} D={d} {'causal' if causal else 'full'}", "params": params, "cudnn_ms": t_ref}
+        for name, path in variants:
+            module = load(path)
+            t = triton.testing.do_bench(lambda: module.launch(q, k, v, o, lse, scale=d ** -0.5, checked=True))
+            line[name] = round(t_ref / t, 3)
+        rows.append(line)
+        print(f"{line['row']:22s} vs cuDNN: " + "  ".join(f"{n}={line[n]:.3f}x" for n, _ in variants), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="out/gluon-gpucheck")
+    ap.add_argument("--phase", default="mutants,ab")
+    ap.add_argument("--verify-one", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--params", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.verify_one:
+        _verify_one(Path(args.verify_one), args.spec, json.loads(args.params))
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for phase, fn in (("mutants", phase_mutants), ("ab", phase_ab)):
+        if phase in args.phase.split(","):
+            result[phase] = fn(out)
+            (out / "gluon_gpucheck.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
