@@ -438,7 +438,7 @@ def _kernel_fn(m: _Module) -> None:
         warps.append("WG_WARPS")
         regs.append(str(COMPUTE_REGS))
     parts.append(f"(_load, (q_desc, k_desc, v_desc, {shared}, {args}))")
-    warps.append(m.dev(n.Binary("-", hk.load.warp_stop, hk.load.warp_start)))
+    warps.append(str(_const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
     regs.append(str(hk.load.regs or 24))
     m.emit("gl.warp_specialize([", 1)
     for p in parts:

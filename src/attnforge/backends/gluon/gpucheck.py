@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-MUTANT_DEADLINE_S = 45.0
+MUTANT_DEADLINE_S = 40.0
 # (name, old, new): edits of a generated module, timed against it (same row, same run)
 AB_VARIANTS = (
     ("load-4-warps", "], [WG_WARPS, 1], [240, 24])", "], [WG_WARPS, 4], [240, 24])"),
@@ -81,7 +81,7 @@ def phase_mutants(out: Path) -> list[dict]:
     for name, key, path in jobs:
         start = time.time()
         try:
-            p = subprocess.run([sys.executable, "-m", __name__, "--verify-one", str(path), "--spec", key, "--params", json.dumps(params[key])],
+            p = subprocess.run([sys.executable, "-m", "attnforge.backends.gluon.gpucheck", "--verify-one", str(path), "--spec", key, "--params", json.dumps(params[key])],
                                capture_output=True, text=True, timeout=MUTANT_DEADLINE_S)
             passed, detail = p.returncode == 0, (p.stdout.strip().splitlines() or [p.stderr.strip()[-300:]])[-1]
         except subprocess.TimeoutExpired:
