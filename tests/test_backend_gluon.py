@@ -155,3 +155,35 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         path.write_text(text)
         report = compile_for_target(_import(path), get_target(target))
         assert "wgmma" in report.instructions, m.name
+
+
+@pytest.mark.parametrize("switches", [{}, {"overlap": 1}, {"pingpong": 1}, {"pingpong": 1, "overlap": 1}],
+                         ids=["plain", "overlap", "pingpong", "both"])
+def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=300, seqlen_k=300)
+    program = parse(hopper_source(spec, H200, dict(BM=128, BN=64, warps=8, stages=2, **switches)), file="kernel.tl")
+    assert check(program, H200, head_dim=128, head_dim_v=128).ok
+    source = gluon.translate(program, head_dim=128, head_dim_v=128).source
+    assert ("mbarrier.wait(turn.index(WG)" in source) == bool(switches.get("pingpong"))
+    assert ("warpgroup_mma_wait(1," in source) == bool(switches.get("overlap"))
+    path = tmp_path / "k.py"
+    path.write_text(source)
+    report = compile_for_target(_import(path), H200)
+    assert report.spill_bytes == 0 and {"wgmma", "tma"} <= set(report.instructions)
+
+
+def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
+    from attnforge.tune.search import hopper_neighbours, tune
+
+    first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
+    order = hopper_neighbours(first)
+    assert order[0] == first and len(order) == 24 and all(p["BM"] == 128 for p in order)
+    assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # both switches off: left out, not 0
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(AttnforgeError, match="needs its GPU"):
+            tune(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200, backend="gluon", record=False)

@@ -31,6 +31,9 @@ _FIRST = {
 }
 
 
+HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap"})
+
+
 def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     """Parameters for the Hopper form, best first; fallbacks take ring slots away, then narrow BN."""
     d = max(spec.head_dim, spec.head_dim_v)
@@ -133,7 +136,8 @@ def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None =
         raise SpecError("seqlen_q", spec.seqlen_q, "a prefill (the Hopper form has no split-KV decode yet)",
                         hint="decode goes to --backend triton")
     cands = hopper_candidates(spec, target)
-    if prefer is not None and set(prefer.params) == set(cands[0].params):
+    if prefer is not None and set(prefer.params) <= HOPPER_PARAMS and {"BM", "BN", "warps", "stages"} <= set(prefer.params):
+        # (the tuning database's choice for the gluon backend: a switch that is off is absent)
         cands = [prefer] + [c for c in cands if c.params != prefer.params]
     rejected: list[str] = []
     last, yielded = None, False

@@ -9,6 +9,10 @@ cost shared memory, not registers); one over shared memory rules out as many sta
 least as large. Times are medians of CUDA events on the bucket's timing shape, beside the
 planner's first choice in the same run. Without a GPU, candidates run in the interpreter on a
 tiny shape: the search and the database work, but the times say nothing about a GPU.
+
+A backend that translates the Hopper form (``tl_form == "hopper"``: gluon) is searched over that
+form's parameters instead: K/V tile width, ring depth and the two schedule switches (``pingpong``,
+``overlap``); it has no interpreter, so it is tuned on its GPU only.
 """
 
 from __future__ import annotations
@@ -73,16 +77,29 @@ def neighbours(first: dict[str, int], target: Target, kind: str) -> list[dict[st
         axes["tma"] = [first["tma"], 1 - first["tma"]]
     if kind == "prefill":
         axes["persistent"] = [0, 1]
+    return _nearest_first(first, axes, ("persistent", "tma"))
+
+
+def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: tuple[str, ...]) -> list[dict[str, int]]:
+    """Every combination of ``axes`` over ``first``, fewest changes first; a switch that is off is
+    left out (TL parameters are >= 1)."""
     grid = []
     for values in itertools.product(*axes.values()):
         params = {**first, **dict(zip(axes, values))}
-        for switch in ("persistent", "tma"):  # a strategy that is off is left out (TL params are >= 1)
+        for switch in switches:
             if params.get(switch) == 0:
                 params.pop(switch)
         grid.append(params)
     distance = lambda p: sum(p.get(k) != first.get(k) for k in set(p) | set(first))  # noqa: E731
     unique = {tuple(sorted(p.items())): p for p in grid}
     return sorted(unique.values(), key=distance)
+
+
+def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
+    """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
+    the schedule switches (BM stays 128: two warpgroups of 64 rows, wgmma's smallest M per warpgroup)."""
+    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1]}
+    return _nearest_first(first, axes, ("pingpong", "overlap"))
 
 
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:
@@ -123,13 +140,25 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
         if local.cc != target.cc:
             raise AttnforgeError(f"tuning for {target.name} ({target.sm}) needs that GPU; this one is {local.name} ({local.sm})",
                                  where="--target", hint=f"tune on a {target.name}, or pass --target {local.name}")
+    hopper = chosen.tl_form == "hopper"
+    if hopper and not native:
+        raise AttnforgeError(f"tuning the {chosen.name} backend needs its GPU: its kernels have no CPU interpreter to run in",
+                             where="--backend", hint=f"run attnforge tune --backend {chosen.name} on a {target.name}")
     B, Hq, Hkv, Sq, Sk = timing_shape(spec, seq, native)
     shape = f"B={B} Hq={Hq}/Hkv={Hkv} Sq={Sq} Sk={Sk}"
     bucket = spec_bucket(spec)
-    kind, cands = builtin.candidates(AttentionSpec(**{**spec.to_dict(), "batch": B, "heads": Hq, "kv_heads": Hkv, "seqlen_q": Sq,
-                                                      "seqlen_k": Sk}), target, refused=set(chosen.refused_strategies(target)))
-    first = cands[0].params
-    order = neighbours(first, target, kind)[: max_candidates or None]
+    timed_spec = AttentionSpec(**{**spec.to_dict(), "batch": B, "heads": Hq, "kv_heads": Hkv, "seqlen_q": Sq, "seqlen_k": Sk})
+    if hopper:
+        from ..plan.hopper import hopper_candidates, hopper_source
+
+        kind, first = "prefill", hopper_candidates(timed_spec, target)[0].params
+        order = hopper_neighbours(first)[: max_candidates or None]
+        source_for = lambda p: hopper_source(bucket, target, p)  # noqa: E731
+    else:
+        kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)))
+        first = cands[0].params
+        order = neighbours(first, target, kind)[: max_candidates or None]
+        source_for = lambda p: builtin.source_for(bucket, target, kind, p)  # noqa: E731
     deadline = time.monotonic() + budget_s
     trials: list[Trial] = []
     pruned_by: list[tuple[str, dict[str, int]]] = []
@@ -143,7 +172,7 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
                 continue
             trial = Trial(params)
             trials.append(trial)
-            text = builtin.source_for(bucket, target, kind, params)
+            text = source_for(params)
             out = Path(tmp) / f"c{i}"
             result = generate(bucket, target, out, backend=chosen, tl=text, tl_file=f"candidate-{i}.tl", tuned=False)
             if not result.verified:
