@@ -187,3 +187,12 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
     if not torch.cuda.is_available():
         with pytest.raises(AttnforgeError, match="needs its GPU"):
             tune(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200, backend="gluon", record=False)
+
+
+@pytest.mark.parametrize("mode, translate", [("tl", "builtin"), ("tl", "llm"), ("direct", "builtin")])
+def test_the_llm_path_refuses_the_gluon_backend_clearly(mode, translate):
+    from attnforge.llm.pipeline import LLMOptions
+
+    with pytest.raises(AttnforgeError, match="gluon backend is not supported yet") as err:
+        LLMOptions("openai:m", mode=mode, translate=translate, backend="gluon").check()
+    assert "Hopper form" in str(err.value) and "--backend triton" in err.value.hint

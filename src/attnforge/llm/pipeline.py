@@ -96,6 +96,11 @@ class LLMOptions:
                                  "before it runs", where="--backend",
                                  hint="use --backend triton, or --mode tl --translate builtin (the model writes the TL, attnforge's CUDA "
                                       "backend translates it); 'attnforge backends --manual cuda' prints the CUDA translation manual")
+        if self.backend == "gluon":
+            raise AttnforgeError("--llm with the gluon backend is not supported yet: the model is taught the portable TL, and the gluon "
+                                 "backend translates the Hopper form (roles, rings, barriers: docs/TL.md section 11), which only the "
+                                 "built-in planner writes so far", where="--backend",
+                                 hint="drop --llm to have the built-in planner write the Hopper form, or use --backend triton with --llm")
         if not self.verify and (self.mode != "tl" or self.translate == "llm"):
             raise AttnforgeError("--no-verify works with --mode tl --translate builtin only", where="--no-verify",
                                  hint="a module written by a model is accepted only once it is verified in the sandbox")
