@@ -37,7 +37,7 @@ class GluonBackend(Backend):
             targets="sm_90 (H100, H200, GH200)",
             dtypes=DTYPES,
             features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
-                      "head dims 64, 128, 256 and other multiples of 16 up to 256", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
+                      "head dims 16..256 in powers of two (verified on the H200: 64, 128, 256)", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
             notes=("no CPU interpreter: kernels are verified natively on a Hopper GPU; elsewhere generate with --no-verify",
                    "decode (split-KV, packed GQA) is not translated yet: --backend triton",
                    "sm_100 (tcgen05) is not mapped yet: --backend triton"),
