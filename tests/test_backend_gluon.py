@@ -196,3 +196,46 @@ def test_the_llm_path_refuses_the_gluon_backend_clearly(mode, translate):
     with pytest.raises(AttnforgeError, match="gluon backend is not supported yet") as err:
         LLMOptions("openai:m", mode=mode, translate=translate, backend="gluon").check()
     assert "Hopper form" in str(err.value) and "--backend triton" in err.value.hint
+
+
+def _translate_edit(old: str, new: str, params: dict | None = None, spec: AttentionSpec | None = None) -> str:
+    spec = spec or AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=300, seqlen_k=300)
+    text = hopper_source(spec, H200, params or dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1))
+    assert old in text
+    program = parse(text.replace(old, new), file="kernel.tl")
+    return gluon.translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl").source
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ("Compute Multiply S, scale", "Compute Multiply O_acc, scale", "must be S here"),
+    ("Compute Mask S keep", "Compute Mask P keep", "must be S here"),
+    ("grid m : cdiv(Sq, BM), b : B, h : Hq", "grid q_blk : cdiv(Sq, BM), b : B, h : Hq", "the grid must be m"),
+    ("warps = 8,", "warps = 4,", "whole warpgroups"),
+    ("stages = 2", "stages = 1", "overlap = 1 needs stages >= 2"),
+    ("Copy O_r (BM, Dv) at [m, 0]", "Copy O_r (BM, Dv) at [m + 1, 0]", "the store of o must copy"),
+])
+def test_programs_the_kernel_would_get_wrong_are_refused(old, new, words):
+    from attnforge.errors import TranslateError
+
+    with pytest.raises(TranslateError, match=words):
+        _translate_edit(old, new)
+
+
+def test_scores_in_natural_units_unless_one_multiply_feeds_the_softmax():
+    one = _translate_edit("Compute Multiply S, scale", "Compute Multiply S, scale")
+    assert "c = (scale) * 1.4426950408889634" in one and "SCALE_POSITIVE=scale > 0" in one
+    two = _translate_edit("        Compute Multiply S, scale\n", "        Compute Multiply S, scale\n        Compute Multiply S, 2\n")
+    # two factors: each applied as written, the softmax's exp2 converts natural units once
+    assert "    c = " not in two and two.count("S = S * (") == 2 and "S * 1.4426950408889634" in two
+    assert "SCALE_POSITIVE=True" in two and "m_i + gl.log2(l_i) * 0.6931471805599453" in two
+
+
+def test_both_scale_specialisations_compile(tmp_path):
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    path = tmp_path / "k.py"
+    path.write_text(_translate_edit("stages = 2", "stages = 2"))
+    for positive in (True, False):
+        report = compile_for_target(_import(path), H200, scale_positive=positive)
+        assert report.spill_bytes == 0 and "wgmma" in report.instructions

@@ -20,7 +20,7 @@ REQUIRED_PTX = {"wgmma": r"\bwgmma\.mma_async\b", "tma": r"\bcp\.async\.bulk\.te
                 "setmaxnreg": r"\bsetmaxnreg\b"}
 
 
-def _signature(module: ModuleType, target_dtype: Any) -> tuple[dict[str, str], dict[str, Any]]:
+def _signature(module: ModuleType, target_dtype: Any, scale_positive: bool) -> tuple[dict[str, str], dict[str, Any]]:
     """Triton types for the kernel's arguments, from descriptors built on CPU tensors (a
     descriptor's type carries its block and layout; no GPU is touched)."""
     import torch
@@ -44,11 +44,12 @@ def _signature(module: ModuleType, target_dtype: Any) -> tuple[dict[str, str], d
             sig[name] = "i32"
     # the softmax scale's sign is a specialisation (the launch passes scale > 0): compile the usual one
     sig["SCALE_POSITIVE"] = "constexpr"
-    return sig, {"SCALE_POSITIVE": True}
+    return sig, {"SCALE_POSITIVE": scale_positive}
 
 
-def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None = None) -> CompileReport:
-    """Compile the module's kernel for ``target`` (sm_90: sm_90a); the report says what it became."""
+def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None = None, *, scale_positive: bool = True) -> CompileReport:
+    """Compile the module's kernel for ``target`` (sm_90: sm_90a); the report says what it became.
+    ``scale_positive``: which specialisation of the scale's sign (the launch picks it per call)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler.errors import CompilationError
@@ -56,14 +57,14 @@ def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None
     from triton.runtime.errors import OutOfResources
 
     fn = getattr(module, module.KERNEL)
-    sig, const = _signature(module, module.TENSOR_DTYPES["q"])
+    sig, const = _signature(module, module.TENSOR_DTYPES["q"], scale_positive)
     attrs = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(sig.items()) if ty.startswith("*")}
     src = GluonASTSource(fn, sig, const, attrs)
     gpu = GPUTarget("cuda", target.cc[0] * 10 + target.cc[1], 32)
     start = time.perf_counter()
     try:
         kernel = triton.compile(src, target=gpu, options={"num_warps": int(module.WG_WARPS)})
-    except (OutOfResources, CompilationError) as e:
+    except (OutOfResources, CompilationError, RuntimeError) as e:  # (layout verifiers raise RuntimeError)
         oor = e if isinstance(e, OutOfResources) else e.__cause__
         if isinstance(oor, OutOfResources) and oor.name == "shared memory":
             raise DoesNotFitError(shared_error(module.KERNEL, int(oor.required), target), where=f"compile {module.KERNEL} for {target.name}",

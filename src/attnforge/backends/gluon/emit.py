@@ -25,8 +25,14 @@ from .shape import HopperKernel, TileLoop, _fail
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
-# Register budgets per thread (setmaxnreg): the load warp keeps few, the compute warpgroups take the rest.
-COMPUTE_REGS = 240
+# setmaxnreg budgets: Triton gives the kernel .maxnreg 168 over 3 warpgroups (384 threads, 64512 registers),
+# i.e. 504 registers per thread across one thread of each warpgroup; the load warp's warpgroup keeps its
+# TL budget, the two compute warpgroups share the rest in multiples of 8.
+REGISTERS_ACROSS_WARPGROUPS = 504
+
+
+def compute_regs(load_regs: int) -> int:
+    return (REGISTERS_ACROSS_WARPGROUPS - load_regs) // 2 // 8 * 8
 
 
 def subst(e: n.Expr, name: str, by: n.Expr) -> n.Expr:
@@ -52,7 +58,6 @@ class _Module:
     file: str | None
     lines: list[str] = field(default_factory=list)
     helpers: set[str] = field(default_factory=set)
-    folded: bool = True  # the softmax runs in base 2 on scores scaled by log2(e) (see _folded)
 
     # ------------------------------------------------------------------ names and expressions
     @property
@@ -160,32 +165,45 @@ def _load_block(m: _Module, body: tuple[n.Stmt, ...], indent: int) -> None:
 # ---------------------------------------------------------------------- the compute role
 
 def _folded(loop: TileLoop) -> bool:
-    """log2(e) folds into the scale (the softmax then runs on exp2 of the scores) when the scores go
-    from the scale straight to the softmax: a score modifier must see them in natural units."""
-    return all(isinstance(s, n.Elementwise) for s in loop.scores)
+    """log2(e) folds into the scale (the softmax then runs on exp2 of the scores) when one Multiply
+    takes the scores straight to the softmax: a score modifier must see them in natural units, and
+    with no Multiply or several the scores stay in natural units too (each factor applied as written)."""
+    return len(loop.scores) == 1 and isinstance(loop.scores[0], n.Elementwise)
+
+
+def fused_factor(m: _Module, loop: TileLoop) -> n.Expr | None:
+    """The folded scale when it can go into the softmax's exp2 FMA: a runtime scalar or a number,
+    whose sign the launch knows (``SCALE_POSITIVE``); None otherwise."""
+    if not _folded(loop):
+        return None
+    factor = loop.scores[0].args[1]
+    if isinstance(factor, n.Num) or (isinstance(factor, n.Name) and factor.id in m.scalars):
+        return factor
+    return None
 
 
 def _softmax_fn(m: _Module, loop: TileLoop, masked_from: str | None) -> None:
     """The scores of tile j, from the QK^T accumulator to P and the online-softmax state."""
     folded = _folded(loop)
+    factor = fused_factor(m, loop)
     c = "1.0" if folded else repr(LOG2E)
     rt = ", ".join(m.runtime_args())
     m.emit("@gluon.jit")
     m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
     m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
     m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
-    extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", "j": "j"}
+    extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", loop.loop.var: "j"}
     fused = None  # folded: the scale times log2(e), applied inside the softmax's FMA where its sign allows
     for s in loop.scores:
         m.tl(s, 1)
-        if isinstance(s, n.Elementwise) and folded and len(loop.scores) == 1:
-            fused = f"({m.dev(s.args[1], extra)}) * {LOG2E}"
+        if isinstance(s, n.Elementwise) and factor is not None:
+            fused = f"({m.dev(factor, extra)}) * {LOG2E}"
             m.emit(f"c = {fused}", 1)
             m.emit("if not SCALE_POSITIVE:  # max(S * c) is max(S) * c only for c > 0: scale the tile first", 1)
             m.emit("S = S * c", 2)
         elif isinstance(s, n.Elementwise):
-            factor = m.dev(s.args[1], extra)
-            m.emit(f"S = S * ({factor} * {LOG2E})" if folded else f"S = S * ({factor})", 1)
+            by = m.dev(s.args[1], extra)
+            m.emit(f"S = S * ({by} * {LOG2E})" if folded else f"S = S * ({by})", 1)
         else:
             m.emit(f"S = {m.dev(s.expr, extra)}", 1)
     if loop.mask is not None:
@@ -216,13 +234,14 @@ def _softmax_fn(m: _Module, loop: TileLoop, masked_from: str | None) -> None:
     m.tl(loop.p_cast, 1)
     m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
     m.emit()
-    m.folded = folded
 
 
 def _wait_tile(m: _Module, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
-    m.tl(w, indent)
-    m.emit(f"mbarrier.wait({m.bar(n.BarrierRef(w.barrier.name, subst(w.barrier.index, var, at) if w.barrier.index is not None else None))}, "
-           f"{m.dev(subst(w.phase, var, at))})", indent)
+    """The TL's Wait for tile ``at`` (the loop's own tile, the next one, the first or the last)."""
+    index = subst(w.barrier.index, var, at) if w.barrier.index is not None else None
+    placed = n.Wait(n.BarrierRef(w.barrier.name, index), subst(w.phase, var, at))
+    m.emit(f"# TL: {stmt_lines(w)[0].strip()}" + ("" if placed == w else f"  (for tile {show_expr(at)}: {stmt_lines(placed)[0].strip()})"), indent)
+    m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
 
 
 def _issue_qk(m: _Module, t: TileLoop, at: n.Expr, indent: int) -> None:
@@ -266,10 +285,11 @@ def _compute_fn(m: _Module) -> None:
     j = t.loop.var
     J, J1 = n.Name(j), n.Binary("+", n.Name(j), n.Num(1))
     rt = ", ".join(m.runtime_args())
-    shared = ", ".join([*hk.shared, *hk.barriers, "turn"])
+    shared = ", ".join(_shared_args(hk))
     m.emit("@gluon.jit")
     m.emit(f"def _compute(WG: gl.constexpr, {shared}, {rt}, SCALE_POSITIVE: gl.constexpr):")
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
+    m.emit("# Each warpgroup set owns HM rows; WG is its index (0 without pingpong).", 1)
     m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
     m.emit("o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, Dv, 16])", 1)
     m.emit("p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)", 1)
@@ -310,7 +330,7 @@ def _compute_fn(m: _Module) -> None:
         _turn(m, 2, take=False)
         m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))", 2)
         m.emit(_softmax_call(f"{j} + 1", rt), 2)
-        m.emit("acc, _ = warpgroup_mma_wait(0, deps=(acc, v_t))", 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, J, 2)
         m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
@@ -319,7 +339,7 @@ def _compute_fn(m: _Module) -> None:
         _turn(m, 2, take=True)
         _issue_pv(m, t, last, 2)
         _turn(m, 2, take=False)
-        m.emit("acc, _ = warpgroup_mma_wait(0, deps=(acc, v_t))", 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, last, 2)
     else:
         m.emit(f"for {j} in range(lo, hi):", 1)
@@ -336,14 +356,15 @@ def _compute_fn(m: _Module) -> None:
         _issue_pv(m, t, J, 2)
         _turn(m, 2, take=False)
         m.tl(n.WaitGemm(t.pv.out), 2)
-        m.emit("acc, _ = warpgroup_mma_wait(0, deps=(acc, v_t))", 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, J, 2)
     _epilogue(m)
     m.emit()
 
 
 def _epilogue(m: _Module) -> None:
-    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if m.folded else f"m_i + gl.log2(l_i) * {LN2!r}"
+    # the running max is in log2 units when the scale was folded (see _folded), natural units otherwise
+    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if _folded(m.hk.loops[-1]) else f"m_i + gl.log2(l_i) * {LN2!r}"
     for s in m.hk.epilogue:
         m.tl(s, 1)
         if isinstance(s, n.Normalize):
@@ -354,7 +375,9 @@ def _epilogue(m: _Module) -> None:
         elif isinstance(s, n.Copy) and s.dst == "O":
             m.emit("o_rows = m * BM + WG * HM + gl.arange(0, HM, layout=row_o)", 1)
             m.emit("o_cols = gl.arange(0, Dv, layout=gl.SliceLayout(0, o_layout))", 1)
-            m.emit(f"o_ptrs = o + {_view_base(m, s.dst, 'so')} + gl.expand_dims(o_rows, 1) * so_s + gl.expand_dims(o_cols, 0)", 1)
+            # 64-bit (b, h) offset on the scalar base; within one (b, h) slice offsets fit in 32 bits (runtime.check_arguments)
+            m.emit(f"o_base = o + {_view_base(m, s.dst, 'so')}", 1)
+            m.emit("o_ptrs = o_base + gl.expand_dims(o_rows * so_s, 1) + gl.expand_dims(o_cols, 0)  # o's last stride is 1 (launch)", 1)
             m.emit("gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)", 1)
         elif isinstance(s, n.Copy) and s.dst == "LSE":
             m.emit(f"gl.store(lse + {_view_base(m, s.dst, 'sl')} + rows * sl_s, lse_r, mask=rows < Sq)", 1)
@@ -367,7 +390,8 @@ def _view_base(m: _Module, view: str, strides: str) -> str:
     alloc = m.hk.views[view]
     if len(alloc.offset) != 2:
         _fail(alloc, f"{view} views {alloc.tensor} with {len(alloc.offset)} leading indices; the gluon backend takes [batch, head]", m.file)
-    return " + ".join(f"({m.dev(e)}) * {strides}_{axis}" for e, axis in zip(alloc.offset, ("b", "h")))
+    # 64-bit: a (b, h) offset past 2**31 elements must not wrap (scalars: no cost per element)
+    return " + ".join(f"({m.dev(e)}).to(gl.int64) * {strides}_{axis}" for e, axis in zip(alloc.offset, ("b", "h")))
 
 
 # ---------------------------------------------------------------------- the kernel and the module
@@ -421,13 +445,14 @@ def _kernel_fn(m: _Module) -> None:
         else:
             m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
             m.emit(f"mbarrier.init({name}, count={count})", 1)
-    m.emit("# the ping-pong turn: warpgroup 0 issues its GEMMs first" if hk.pingpong else "# (one compute warpgroup set: no turns to take)", 1)
-    m.emit("turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
-    m.emit("mbarrier.init(turn.index(0), count=1)", 1)
-    m.emit("mbarrier.init(turn.index(1), count=1)", 1)
-    m.emit("mbarrier.arrive(turn.index(0), count=1)", 1)
+    if hk.pingpong:
+        m.emit("# the ping-pong turn (pingpong = 1): warpgroup 0 issues its GEMMs first", 1)
+        m.emit("turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
+        m.emit("mbarrier.init(turn.index(0), count=1)", 1)
+        m.emit("mbarrier.init(turn.index(1), count=1)", 1)
+        m.emit("mbarrier.arrive(turn.index(0), count=1)", 1)
     m.emit("fence_async_shared()", 1)
-    shared = ", ".join([*hk.shared, *hk.barriers, "turn"])
+    shared = ", ".join(_shared_args(hk))
     args = ", ".join(rt)
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}", 1)
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
@@ -436,7 +461,7 @@ def _kernel_fn(m: _Module) -> None:
     if hk.pingpong:
         parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
-        regs.append(str(COMPUTE_REGS))
+        regs.append(str(compute_regs(hk.load.regs or 24)))
     parts.append(f"(_load, (q_desc, k_desc, v_desc, {shared}, {args}))")
     warps.append(str(_const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
     regs.append(str(hk.load.regs or 24))
@@ -445,6 +470,11 @@ def _kernel_fn(m: _Module) -> None:
         m.emit(p + ",", 2)
     m.emit(f"], [{', '.join(warps)}], [{', '.join(regs)}])", 1)
     m.emit()
+
+
+def _shared_args(hk: HopperKernel) -> list[str]:
+    """The shared buffers and barriers every role takes (and the turn barriers in ping-pong)."""
+    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else [])]
 
 
 def _filled_from(m: _Module, shared: str) -> str:
@@ -466,8 +496,8 @@ def _launch_fn(m: _Module, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     _, extents = _grid(m)
     scalars = list(m.scalars)
     tensors = ["alibi_slopes"] if m.alibi else []
-    sig = ", ".join(scalars + tensors)
-    m.emit(f"def launch(q, k, v, o, lse, *, {sig}, checked: bool = False) -> None:")
+    keywords = "".join(f"{x}, " for x in scalars + tensors)
+    m.emit(f"def launch(q, k, v, o, lse, *, {keywords}checked: bool = False) -> None:")
     m.emit('"""Run the kernel on BHSD-indexed tensors (any strides whose rows are 16-byte aligned; BSHD is', 1)
     m.emit("q.transpose(1, 2)). Writes O into ``o`` (B, Hq, Sq, Dv) and the natural-log log-sum-exp into", 1)
     m.emit('``lse`` (B, Hq, Sq, fp32). ``checked``: the caller has checked the arguments already."""', 1)
@@ -482,8 +512,16 @@ def _launch_fn(m: _Module, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     values = {"so_b": "o.stride(0)", "so_h": "o.stride(1)", "so_s": "o.stride(2)",
               "sl_b": "lse.stride(0)", "sl_h": "lse.stride(1)", "sl_s": "lse.stride(2)", "sa": "alibi_slopes.stride(0)"}
     args = ", ".join(values.get(a, a) for a in rt)
+    m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
+    m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
+           "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
     m.emit(f"grid = ({', '.join(extents)},)", 1)
-    m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, SCALE_POSITIVE=scale > 0, num_warps=WG_WARPS)", 1)
+    m.emit("if len(grid) > 1 and grid[1] > 65535:  # (b, h) ride on the grid's y axis, next to m on x for K/V reuse in L2", 1)
+    m.emit("raise LaunchError(f\"B * Hq = {grid[1]} programs exceed the grid's y limit of 65535\", where=\"q\", "
+           "hint=\"split the batch into calls of fewer sequences, or use --backend triton\")", 2)
+    factor = fused_factor(m, hk.loops[-1])
+    positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
+    m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, SCALE_POSITIVE={positive}, num_warps=WG_WARPS)", 1)
 
 
 def _const(m: _Module, e: n.Expr) -> int:
@@ -529,7 +567,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     _softmax_fn(body, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
     _compute_fn(body)
     body.emit("@gluon.jit")
-    body.emit(f"def _load(q_desc, k_desc, v_desc, {', '.join([*hk.shared, *hk.barriers, 'turn'])}, {', '.join(body.runtime_args())}):")
+    body.emit(f"def _load(q_desc, k_desc, v_desc, {', '.join(_shared_args(hk))}, {', '.join(body.runtime_args())}):")
     body.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
     _load_block(body, hk.load.body, 1)
     body.emit()
@@ -552,6 +590,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait",
         "",
         "from attnforge.backends.gluon.runtime import tma_descriptor",
+        "from attnforge.errors import LaunchError",
         "from attnforge.backends.triton.runtime import check_arguments",
         "",
         f"KERNEL = {kernel.name!r}",

@@ -84,12 +84,13 @@ def phase_mutants(out: Path) -> list[dict]:
             p = subprocess.run([sys.executable, "-m", "attnforge.backends.gluon.gpucheck", "--verify-one", str(path), "--spec", key, "--params", json.dumps(params[key])],
                                capture_output=True, text=True, timeout=MUTANT_DEADLINE_S)
             passed, detail = p.returncode == 0, (p.stdout.strip().splitlines() or [p.stderr.strip()[-300:]])[-1]
+            caught = detail.startswith("FAILED")  # verification said no; a crash (import, launch) catches nothing
         except subprocess.TimeoutExpired:
-            passed, detail = False, f"no result within {MUTANT_DEADLINE_S:.0f} s (a barrier wait that never completes)"
+            passed, caught, detail = False, True, f"no result within {MUTANT_DEADLINE_S:.0f} s (a barrier wait that never completes)"
         control = name.startswith("control-")
-        ok = passed if control else not passed
+        ok = passed if control else caught
         rows.append(dict(name=name, control=control, passed_verification=passed, as_expected=ok, detail=detail, seconds=round(time.time() - start, 1)))
-        print(f"{name:32s} {'control ' if control else 'mutant  '} {'PASSED' if passed else 'KILLED' if not control else 'FAILED'}"
+        print(f"{name:32s} {'control ' if control else 'mutant  '} {'PASSED' if passed else 'FAILED' if control else 'KILLED' if caught else 'CRASHED'}"
               f" ({'as expected' if ok else 'NOT AS EXPECTED'}; {time.time() - start:.0f} s) {detail[:160]}", flush=True)
     return rows
 

@@ -99,6 +99,13 @@ class _Reader:
         return out
 
 
+def _same(stmt: n.Node, got: n.Expr, want: str, what: str, file: str | None) -> None:
+    """The translator places statements by their role in the loop: one that names another tile
+    than the one in that role is refused, never translated as if it named the right one."""
+    if got != n.Name(want):
+        _fail(stmt, f"{what} must be {want} here (the tile loop's form); this statement names something else", file)
+
+
 def _tile_loop(loop: n.Loop, file: str | None) -> TileLoop:
     r = _Reader(loop.body, loop, file)
     k_wait = r.take(n.Wait, "the Wait for the K slot")
@@ -108,20 +115,32 @@ def _tile_loop(loop: n.Loop, file: str | None) -> TileLoop:
     w = r.take(n.WaitGemm, f"Wait GEMM {qk.out}")
     if w.name != qk.out:
         _fail(w, f"expected Wait GEMM {qk.out}", file)
+    S = qk.out
     scores: list[n.Stmt] = []
     while isinstance(r.peek(), (n.Elementwise, n.ScoreMod)):
         s = r.take((n.Elementwise, n.ScoreMod), "a score statement")
         if isinstance(s, n.Elementwise) and not (s.op == "Multiply" and s.out is None and len(s.args) == 2):
-            _fail(s, f"Compute {s.op} on the scores: the gluon backend takes Multiply S, scale and ScoreMod there", file)
+            _fail(s, f"Compute {s.op} on the scores: the gluon backend takes Multiply {S}, FACTOR and ScoreMod there", file)
+        _same(s, s.args[0] if isinstance(s, n.Elementwise) else n.Name(s.target), S, "the tile it changes", file)
         scores.append(s)
     mask = r.take(n.Mask, "the Mask") if isinstance(r.peek(), n.Mask) else None
+    if mask is not None:
+        _same(mask, n.Name(mask.target), S, "the tile it masks", file)
     softmax = r.take(n.OnlineSoftmax, "the OnlineSoftmax")
+    _same(softmax, n.Name(softmax.scores), S, "its scores", file)
     cast = r.take(n.Cast, "the Cast of P")
+    _same(cast, n.Name(cast.src), softmax.out, "the tile it casts", file)
     reshape = r.take(n.Reshape, "Reshape P from mma_c to mma_a")
+    p = cast.out or cast.src
+    _same(reshape, n.Name(reshape.name), p, "the tile it reshapes", file)
+    if (reshape.src_layout, reshape.dst_layout) != ("mma_c", "mma_a"):
+        _fail(reshape, f"Reshape {p} from {reshape.src_layout} to {reshape.dst_layout}: P goes from mma_c to mma_a", file)
     v_wait = r.take(n.Wait, "the Wait for the V slot")
     pv = r.take(n.Gemm, "the asynchronous PV GEMM")
-    if not (pv.is_async and pv.accumulate and pv.b_index is not None and pv.a == reshape.name):
+    if not (pv.is_async and pv.accumulate and pv.b_index is not None and pv.a == reshape.name and not pv.b_trans):
         _fail(pv, "the PV GEMM must take P from registers, a V ring slot from shared memory, accumulate and be asynchronous", file)
+    if softmax.rescale != (pv.out,):
+        _fail(softmax, f"the online softmax must rescale exactly the PV accumulator {pv.out}", file)
     w = r.take(n.WaitGemm, f"Wait GEMM {pv.out}")
     if w.name != pv.out:
         _fail(w, f"expected Wait GEMM {pv.out}", file)
@@ -169,4 +188,43 @@ def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
         same = ("k_wait", "qk", "scores", "softmax", "p_cast", "p_reshape", "v_wait", "pv", "release")
         if any(getattr(a, f) != getattr(b, f) for f in same) or a.loop.var != b.loop.var:
             _fail(b.loop, "the masked tile loop must repeat the unmasked one, with a Mask added", file)
-    return HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, tuple(loops), r.rest())
+    hk = HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, tuple(loops), r.rest())
+    _check_frame(hk, file)
+    return hk
+
+
+def _check_frame(hk: HopperKernel, file: str | None) -> None:
+    """What the emitted kernel assumes about the rest of the program: refused here, with the
+    statement, rather than translated wrongly."""
+    kernel, t = hk.kernel, hk.loops[-1]
+    if [a.name for a in kernel.grid] != ["m", "b", "h"]:
+        _fail(kernel, "the grid must be m : cdiv(Sq, BM), b : B, h : Hq (query block, batch, head), in that order", file)
+    m_at = (n.Name("m"), n.Num(0))
+    for s in n.walk(hk.load.body):
+        if isinstance(s, n.Copy) and s.signal is not None and hk.views[s.src].tensor == "q" and tuple(s.coord) != m_at:
+            _fail(s, "the Q tile must be the program's own query block, at [m, 0]", file)
+    nwg = 2 if hk.pingpong else 1
+    warps = _count(n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start), hk.params)
+    bm = hk.params.get("BM", 0)
+    if warps % (4 * nwg) or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
+        _fail(hk.compute, f"{warps} compute warps and BM = {bm}{' in ping-pong' if nwg == 2 else ''}: each warpgroup set issuing wgmma needs whole "
+              "warpgroups and 16 rows per warp (BM = 128 with 8 warps)", file)
+    if hk.overlap and hk.params.get("stages", 1) < 2:
+        _fail(kernel, "overlap = 1 needs stages >= 2: tile j + 1's K is waited for before tile j's slot is given back", file)
+    got = [type(s).__name__ for s in hk.epilogue]
+    if got != ["Normalize", "LogSumExp", "Copy", "Copy"]:
+        _fail(hk.compute, f"after the tile loops the gluon backend takes Normalize, LogSumExp and the stores of O and LSE; found {', '.join(got)}", file)
+    norm, lse, store_o, store_lse = hk.epilogue
+    if norm.acc != t.pv.out or norm.row_sum != t.softmax.row_sum or (lse.row_max, lse.row_sum) != (t.softmax.row_max, t.softmax.row_sum):
+        _fail(norm, "Normalize and LogSumExp must read the tile loop's accumulator and running max and sum", file)
+    for copy, src, tensor, coord in ((store_o, norm.out, "o", m_at), (store_lse, lse.out, "lse", (n.Name("m"),))):
+        view = hk.views.get(copy.dst)
+        if copy.src != src or view is None or view.tensor != tensor or tuple(copy.coord or ()) != coord:
+            _fail(copy, f"the store of {tensor} must copy {src} at [{', '.join('m' if isinstance(c, n.Name) else '0' for c in coord)}] "
+                  f"to the view of {tensor}", file)
+
+
+def _count(e: n.Expr, params: dict[str, int]) -> int:
+    from ...tl.evaluate import evaluate
+
+    return int(evaluate(e, params))
