@@ -178,6 +178,7 @@ class KernelCheck(GemmChecks, PackedViews, HopperChecks):
         self.waited.append(set())  # Waits in the body guard reads in the body only
         try:
             self.block(s.body, {**env, s.var: (start if self.probe == 0 else last) if isinstance(start, int) else 0}, s)
+            self.loop_end(s)
         finally:
             self.loops.pop()
             self.waited.pop()

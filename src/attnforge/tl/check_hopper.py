@@ -17,7 +17,9 @@ from .check_info import Info
 from .check_roles import check_phases
 from .evaluate import evaluate
 from .printer import expr as show
-from .resources import stmt_reads
+from .resources import stmt_reads, stmt_writes
+
+MBARRIER_MAX_COUNT = (1 << 20) - 1  # the PTX mbarrier's expected-arrival count field
 
 if TYPE_CHECKING:
     from .check_body import KernelCheck
@@ -62,6 +64,9 @@ class HopperChecks:
             count = self.value(s.count, env, "arrival count")
             if isinstance(count, int) and count < 1:
                 self.add("TL415", s.count, f"barrier {s.name} completes a phase after {count} arrivals", "count at least 1 arrival per phase")
+            elif isinstance(count, int) and count > MBARRIER_MAX_COUNT:
+                self.add("TL415", s.count, f"barrier {s.name} counts {count} arrivals; an mbarrier counts at most {MBARRIER_MAX_COUNT}",
+                         "count the arrivals of one phase: one per arriving role (or warpgroup), one per async copy")
         self.names[s.name] = Info(n.BARRIER, shape or (), s.shape, "barrier", s)
 
     def ring_size(self: KernelCheck, s: n.Allocate, env: dict) -> int | None:
@@ -192,12 +197,30 @@ class HopperChecks:
         check_phases(self, s.name, s.body, env)
 
     def pending_read(self: KernelCheck, s: n.Stmt) -> None:
-        """TL417: an async GEMM's result is read, or accumulated into, only after its Wait GEMM."""
+        """TL417: an async GEMM's result is read, or accumulated into, only after its Wait GEMM, and
+        its operands are not written while it may still read them."""
         for name in sorted(stmt_reads(s) & set(self.pending)):
-            gemm = self.pending[name]
+            gemm = self.pending.pop(name)  # one finding per missing Wait GEMM
             self.add("TL417", s, f"{name} is read before the asynchronous GEMM at line {gemm.line} that writes it is waited on",
                      f"add 'Wait GEMM {name}' before this statement")
+        for out, gemm in sorted(self.pending.items()):
+            for name in sorted(stmt_writes(s) & {gemm.a, gemm.b} - {out}):
+                self.add("TL417", s, f"{name} is written while the asynchronous GEMM at line {gemm.line} may still read it",
+                         f"add 'Wait GEMM {out}' before this statement")
 
     def issued(self: KernelCheck, s: n.Stmt) -> None:
         if isinstance(s, n.Gemm) and s.is_async:
+            if s.out in self.pending and self.pending[s.out] is not s:
+                self.add("TL417", s, f"{s.out} is written by a second asynchronous GEMM before the one at line {self.pending[s.out].line} is waited on",
+                         f"add 'Wait GEMM {s.out}' between them")
             self.pending[s.out] = s
+
+    def loop_end(self: KernelCheck, loop: n.Loop) -> None:
+        """TL417: an async GEMM issued in a loop body is waited on in that body; otherwise the next
+        trip reads or reissues it while it runs (a body is checked once, so this is said here)."""
+        inside = {id(g) for g in n.walk(loop.body) if isinstance(g, n.Gemm)}
+        for out, gemm in sorted(self.pending.items()):
+            if id(gemm) in inside:
+                self.add("TL417", gemm, f"the asynchronous GEMM writing {out} is still pending at the end of the loop over {loop.var}: "
+                         "the next trip would reissue it or read it while it runs", f"add 'Wait GEMM {out}' inside the loop")
+                del self.pending[out]

@@ -75,10 +75,15 @@ def _check_signalled(kc: KernelCheck) -> None:
     signalled = {s.signal.name for s in n.walk(kc.k.body) if isinstance(s, n.Copy) and s.signal is not None}
     signalled |= {s.barrier.name for s in n.walk(kc.k.body) if isinstance(s, n.Arrive)}
     barriers = {s.name for s in n.walk(kc.k.body) if isinstance(s, n.Allocate) and s.level == n.BARRIER}
+    waited = {s.barrier.name for s in n.walk(kc.k.body) if isinstance(s, n.Wait)}
     for s in n.walk(kc.k.body):
         if isinstance(s, n.Wait) and s.barrier.name in barriers - signalled:
             kc.add("TL419", s, f"the Wait on {s.barrier.name} never returns: no async Copy and no Arrive signals {s.barrier.name}",
                    f"signal it: 'Copy ... async {s.barrier.name}' in the producer, or 'Arrive {s.barrier.name}' where its slot is released")
+        elif isinstance(s, n.Arrive) and s.barrier.name in barriers - waited:
+            # a released slot nobody waits for: the producer refills it without knowing it is free
+            kc.add("TL419", s, f"nobody waits on {s.barrier.name}: this Arrive releases a slot no role waits for before refilling it",
+                   f"wait for it where the slot is refilled: 'Wait {s.barrier.name}[...] phase (j // stages + 1) % 2' before the copy")
 
 
 def _check_warps(kc: KernelCheck, roles: list[n.Role]) -> None:

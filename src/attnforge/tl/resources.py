@@ -232,6 +232,26 @@ def _fresh(s: n.Stmt) -> bool:
     return isinstance(s, (n.Allocate, n.Copy, n.OnlineSoftmax, n.Normalize, n.LogSumExp))
 
 
+def stmt_writes(s: n.Stmt) -> set[str]:
+    """The names a statement writes, in place or anew (a global store writes no tile)."""
+    if isinstance(s, n.Copy):
+        return {s.dst} if s.dst_level != "global" else set()
+    if isinstance(s, (n.Gemm, n.Normalize, n.LogSumExp)):
+        return {s.out}
+    if isinstance(s, n.Elementwise):
+        first = s.args[0] if s.args else None
+        return {s.out} if s.out else ({first.id} if isinstance(first, n.Name) else set())
+    if isinstance(s, n.Cast):
+        return {s.out or s.src}
+    if isinstance(s, (n.ScoreMod, n.Mask, n.Softmax)):
+        return {s.target}
+    if isinstance(s, n.OnlineSoftmax):
+        return {s.out, s.row_max, s.row_sum, *s.rescale}
+    if isinstance(s, n.Reshape):
+        return {s.name}
+    return set()
+
+
 def stmt_reads(s: n.Stmt) -> set[str]:
     """The names a statement reads (tiles, states, accumulators; not the indices of a mask)."""
     if isinstance(s, n.Copy):

@@ -6,11 +6,12 @@ allocations, then each role's body as a generator (``_Kernel.block``) that yield
 where a ``Wait`` would block and None after an arrival. Timing is ignored: a TMA copy lands and
 arrives when it is issued, an asynchronous GEMM computes when it is issued.
 
-The scheduler is adversarial to missing synchronisation: it always resumes the first role, in
-declaration order, that can make progress, so the consumer (declared first) runs as far ahead as
-it can and the producer runs only while every earlier role is blocked, and is interrupted at each
-arrival. A read without its Wait then sees a NaN (ring stages and TMA-filled tiles start as NaN)
-or a stale stage, and the result is wrong; a wrong phase reads stale data or deadlocks.
+The scheduler always resumes the first role, in its order, that can make progress, and each
+program instance runs twice: in declaration order (the consumer, declared first, runs as far
+ahead as it can: a read without its Wait sees a NaN -- ring stages and TMA-filled tiles start as
+NaN -- or a stale stage) and in reverse (the producer runs ahead: a refill without its Wait, or a
+slot released before its reader is done, overwrites what is still to be read). Both must write
+the same outputs; a wrong phase reads stale data or deadlocks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..abi import INPUTS as INPUT_TENSORS
 from . import nodes as n
 from .printer import expr as show
 from .resources import stmt_reads
@@ -122,10 +124,30 @@ class RoleSteps:
         if not roles:
             self.schedule([RoleRun(self.k.name, self.block(self.k.body, env, {}))])
             return
+        # Twice, from the same outputs: the consumer first (a reader without its Wait runs ahead of
+        # the copy), then the producer first (a producer without its Wait, or a slot released too
+        # early, is refilled under its reader). A correct program computes the same either way.
+        outputs = [name for name in self.tensors if name not in INPUT_TENSORS]
+        before = {name: self.tensors[name].copy() for name in outputs}
+        first = None
+        for order in (roles, roles[::-1]):
+            for name in outputs:
+                self.tensors[name][...] = before[name]
+            self._run_roles(order, env)
+            if first is None:
+                first = {name: self.tensors[name].copy() for name in outputs}
+        for name in outputs:
+            if not np.array_equal(first[name], self.tensors[name], equal_nan=True):
+                self.fail(roles[-1], f"{name} differs when role {roles[-1].name} runs ahead of role {roles[0].name}: the roles race "
+                          "(a slot refilled before its reader is done, or a tile read before it is written)",
+                          "give each slot back with an Arrive after its last reader is done (after Wait GEMM), and wait for it before refilling it")
+
+    def _run_roles(self, order: list[n.Role], env: dict) -> None:
+        self.rings, self.barriers, self.empty = {}, {}, set()
         shared: dict[str, Tile] = {}
         outside = tuple(s for s in self.k.body if not isinstance(s, n.Role))  # allocations, shared by the roles
         self.schedule([RoleRun(self.k.name, self.block(outside, env, shared))])
-        self.schedule([RoleRun(r.name, self.block(r.body, env, RoleLocals(shared))) for r in roles])
+        self.schedule([RoleRun(r.name, self.block(r.body, env, RoleLocals(shared))) for r in order])
 
     def schedule(self, runs: list[RoleRun]) -> None:
         """Run the roles to their end, always resuming the first that can make progress."""
