@@ -304,3 +304,9 @@ def test_a_gemm_reissued_before_its_wait() -> None:
 def test_an_arrival_count_past_the_mbarrier_field() -> None:
     text = edit("Allocate kv_free in barrier (stages)", "Allocate kv_free in barrier (stages) count 2000000")
     assert "at most 1048575" in only(errors(text, "h100"), "TL415").message
+
+
+def test_a_role_cannot_use_another_roles_registers() -> None:
+    text = edit("    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready\n",
+                "    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready\n    Compute Multiply O_acc, scale\n")
+    assert "O_acc is a register tile of role compute; role load cannot see it" in only(errors(text, "h100"), "TL420").message

@@ -63,12 +63,32 @@ def check_layout(kc: KernelCheck) -> None:
         for s in n.walk(r.body):
             if isinstance(s, n.Allocate) and s.level != "register":
                 kc.add("TL420", s, f"the {s.level} allocation {s.name} is inside role {r.name}", "allocate global views, shared tiles, rings and barriers before the roles: every role shares them")
+    _check_own_registers(kc, roles)
     for r in roles:
         kc.compile_time((r.warp_start, r.warp_stop), f"role {r.name}'s warp bound")
         for bound in (r.warp_start, r.warp_stop):
             kc.value(bound, kc.env, f"warp bound of role {r.name}")
     _check_warps(kc, roles)
     _check_regs(kc, roles)
+
+
+def _check_own_registers(kc: KernelCheck, roles: list[n.Role]) -> None:
+    """TL420: a register tile is its role's own; another role naming it reads or writes nothing there."""
+    from .resources import stmt_reads, stmt_writes  # (resources imports this module)
+
+    owner: dict[str, str] = {}
+    for r in roles:
+        for s in n.walk(r.body):
+            made = s.name if isinstance(s, n.Allocate) and s.level == "register" else None
+            for name in ({made} if made else set()) | (stmt_writes(s) if not isinstance(s, n.Copy) else set()):
+                owner.setdefault(name, r.name)
+    shared = {s.name for s in kc.k.body if isinstance(s, n.Allocate)}
+    for r in roles:
+        for s in n.walk(r.body):
+            for name in sorted((stmt_reads(s) | stmt_writes(s)) - shared):
+                if owner.get(name, r.name) != r.name:
+                    kc.add("TL420", s, f"{name} is a register tile of role {owner[name]}; role {r.name} cannot see it",
+                           "pass values between roles through shared memory, with a barrier the writer arrives on and the reader waits for")
 
 
 def _check_signalled(kc: KernelCheck) -> None:

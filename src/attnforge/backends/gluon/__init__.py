@@ -3,8 +3,10 @@ TMA into an mbarrier-guarded shared-memory ring from a load warp, while compute 
 asynchronous wgmma GEMMs (in ping-pong, with the softmax under the next GEMM when the TL's schedule
 parameters say so). Compiled for sm_90a without a GPU; run natively on Hopper.
 
-Modules: ``shape`` (the Hopper-form kernel taken apart), ``emit`` (the module source), ``compile``
-(ahead-of-time compile and report), ``kernel`` (load and call), ``runtime`` (TMA descriptors).
+Modules: ``shape`` (the Hopper-form kernel taken apart), ``emit`` (the module source: kernel frame,
+load role, launch), ``compute`` (the compute role: scores, the scheduled tile loop, the epilogue),
+``writer`` (what they share), ``compile``
+(ahead-of-time compile and report), ``kernel`` (load and call), ``runtime`` (TMA descriptors), ``gpucheck`` (the GPU check: mutants, A/B timing).
 """
 
 from __future__ import annotations

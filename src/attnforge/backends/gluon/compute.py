@@ -1,0 +1,243 @@
+"""The compute role of a Hopper-form kernel in Gluon: the scores of a tile (modifiers, mask, online
+softmax in base 2), and the tile loop placed by the schedule parameters -- two warpgroups taking
+turns at the tensor cores (``pingpong``), the next tile's QK^T issued before the softmax (``overlap``)
+-- then the epilogue (normalise, log-sum-exp, the stores of O and LSE)."""
+
+from __future__ import annotations
+
+from ...tl import nodes as n
+from ...tl.printer import expr as show_expr
+from ...tl.printer import stmt as stmt_lines
+from .shape import TileLoop, _fail
+from .writer import LN2, LOG2E, Writer, shared_args, subst
+
+
+
+def _folded(loop: TileLoop) -> bool:
+    """log2(e) folds into the scale (the softmax then runs on exp2 of the scores) when one Multiply
+    takes the scores straight to the softmax: a score modifier must see them in natural units, and
+    with no Multiply or several the scores stay in natural units too (each factor applied as written)."""
+    return len(loop.scores) == 1 and isinstance(loop.scores[0], n.Elementwise)
+
+
+def fused_factor(m: Writer, loop: TileLoop) -> n.Expr | None:
+    """The folded scale when it can go into the softmax's exp2 FMA: a runtime scalar or a number,
+    whose sign the launch knows (``SCALE_POSITIVE``); None otherwise."""
+    if not _folded(loop):
+        return None
+    factor = loop.scores[0].args[1]
+    if isinstance(factor, n.Num) or (isinstance(factor, n.Name) and factor.id in m.scalars):
+        return factor
+    return None
+
+
+def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
+    """The scores of tile j, from the QK^T accumulator to P and the online-softmax state."""
+    folded = _folded(loop)
+    factor = fused_factor(m, loop)
+    c = "1.0" if folded else repr(LOG2E)
+    rt = ", ".join(m.runtime_args())
+    m.emit("@gluon.jit")
+    m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
+    m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
+    m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
+    extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", loop.loop.var: "j"}
+    fused = None  # folded: the scale times log2(e), applied inside the softmax's FMA where its sign allows
+    for s in loop.scores:
+        m.tl(s, 1)
+        if isinstance(s, n.Elementwise) and factor is not None:
+            fused = f"({m.dev(factor, extra)}) * {LOG2E}"
+            m.emit(f"c = {fused}", 1)
+            m.emit("if not SCALE_POSITIVE:  # max(S * c) is max(S) * c only for c > 0: scale the tile first", 1)
+            m.emit("S = S * c", 2)
+        elif isinstance(s, n.Elementwise):
+            by = m.dev(s.args[1], extra)
+            m.emit(f"S = S * ({by} * {LOG2E})" if folded else f"S = S * ({by})", 1)
+        else:
+            m.emit(f"S = {m.dev(s.expr, extra)}", 1)
+    if loop.mask is not None:
+        m.tl(loop.mask, 1)
+        keep = m.dev(loop.mask.keep, extra)
+        if masked_from is None:
+            m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
+        else:  # tiles before ``split`` are seen whole by every row: no mask
+            m.emit("if j >= split:", 1)
+            m.emit(f"S = gl.where({keep}, S, -float('inf'))", 2)
+    m.tl(loop.softmax, 1)
+    if fused is not None:  # the running max is kept in log2 units: m = max(S) * c
+        m.emit("if SCALE_POSITIVE:", 1)
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1) * c)", 2)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 2)
+        m.emit("P = gl.exp2(S * c - gl.expand_dims(m_use, 1))", 2)
+        m.emit("else:", 1)
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 2)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)", 2)
+        m.emit("P = gl.exp2(S - gl.expand_dims(m_use, 1))", 2)
+        m.emit("alpha = gl.exp2(m_i - m_use)", 1)
+    else:
+        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 1)
+        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 1)
+        m.emit(f"P = gl.exp2(S * {c} - gl.expand_dims(m_use * {c}, 1))", 1)
+        m.emit(f"alpha = gl.exp2((m_i - m_use) * {c})", 1)
+    m.emit("l_i = l_i * alpha + gl.sum(P, axis=1)", 1)
+    m.tl(loop.p_cast, 1)
+    m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
+    m.emit()
+
+
+def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
+    """The TL's Wait for tile ``at`` (the loop's own tile, the next one, the first or the last)."""
+    index = subst(w.barrier.index, var, at) if w.barrier.index is not None else None
+    placed = n.Wait(n.BarrierRef(w.barrier.name, index), subst(w.phase, var, at))
+    m.emit(f"# TL: {stmt_lines(w)[0].strip()}" + ("" if placed == w else f"  (for tile {show_expr(at)}: {stmt_lines(placed)[0].strip()})"), indent)
+    m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
+
+
+def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+    m.tl(t.qk, indent)
+    slot = m.dev(subst(t.qk.b_index, t.loop.var, at))
+    m.emit(f"k_t = {t.qk.b}.index({slot}).reshape([BN, D]).permute((1, 0))", indent)
+    m.emit("S = warpgroup_mma(q_t, k_t, gl.zeros([HM, BN], gl.float32, s_layout), use_acc=False, is_async=True)", indent)
+
+
+def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+    m.tl(t.p_reshape, indent)
+    m.emit("p = gl.convert_layout(P, p_layout)", indent)
+    m.tl(t.pv, indent)
+    slot = m.dev(subst(t.pv.b_index, t.loop.var, at))
+    m.emit(f"v_t = {t.pv.b}.index({slot}).reshape([BN, Dv])", indent)
+    m.emit("acc = warpgroup_mma(p, v_t, acc, is_async=True)", indent)
+
+
+def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+    m.tl(t.release, indent)
+    ref = t.release.barrier
+    m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, subst(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
+
+
+def _turn(m: Writer, indent: int, take: bool) -> None:
+    if not m.hk.pingpong:
+        return
+    if take:
+        m.emit("mbarrier.wait(turn.index(WG), turns & 1)  # this warpgroup's turn to issue GEMMs", indent)
+        m.emit("turns += 1", indent)
+    else:
+        m.emit("mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn", indent)
+
+
+def _softmax_call(at: str, rt: str) -> str:
+    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE)"
+
+
+def compute_fn(m: Writer) -> None:
+    hk, t = m.hk, m.hk.loops[-1]
+    j = t.loop.var
+    J, J1 = n.Name(j), n.Binary("+", n.Name(j), n.Num(1))
+    rt = ", ".join(m.runtime_args())
+    shared = ", ".join(shared_args(hk))
+    m.emit("@gluon.jit")
+    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {rt}, SCALE_POSITIVE: gl.constexpr):")
+    m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
+    m.emit("# Each warpgroup set owns HM rows; WG is its index (0 without pingpong).", 1)
+    m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
+    m.emit("o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, Dv, 16])", 1)
+    m.emit("p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)", 1)
+    m.emit("row_o: gl.constexpr = gl.SliceLayout(1, o_layout)", 1)
+    q_name = hk.loops[0].qk.a
+    m.emit(f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
+    m.emit("rows = m * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))", 1)
+    for s in hk.state:
+        m.tl(s, 1)
+    m.emit("m_i = gl.full([HM], -float('inf'), gl.float32, gl.SliceLayout(1, s_layout))", 1)
+    m.emit("l_i = gl.zeros([HM], gl.float32, gl.SliceLayout(1, s_layout))", 1)
+    m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
+    m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
+    m.emit("turns = 0", 1)
+    m.tl(hk.q_wait, 1)
+    m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
+    lo, hi = hk.loops[0].loop.start, t.loop.stop
+    for loop in hk.loops:
+        m.tl(loop.loop, 1)
+    m.emit(f"lo = {m.dev(lo)}", 1)
+    m.emit(f"hi = {m.dev(hi)}", 1)
+    split = hk.loops[0].loop.stop if len(hk.loops) == 2 else None
+    m.emit(f"split = {m.dev(split) if split is not None else 'lo'}  # tiles from here on are masked", 1)
+    if hk.overlap:
+        m.emit("if lo < hi:  # the first tile's scores, before the loop", 1)
+        _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)
+        _turn(m, 2, take=True)
+        _issue_qk(m, t, n.Name("lo"), 2)
+        _turn(m, 2, take=False)
+        m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+        m.emit(_softmax_call("lo", rt), 2)
+        m.emit(f"for {j} in range(lo, hi - 1):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
+        _wait_tile(m, t.k_wait, j, J1, 2)
+        _wait_tile(m, t.v_wait, j, J, 2)
+        _turn(m, 2, take=True)
+        _issue_qk(m, t, J1, 2)
+        _issue_pv(m, t, J, 2)
+        _turn(m, 2, take=False)
+        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))", 2)
+        m.emit(_softmax_call(f"{j} + 1", rt), 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+        _release(m, t, J, 2)
+        m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+        m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
+        last = n.Binary("-", n.Name("hi"), n.Num(1))
+        _wait_tile(m, t.v_wait, j, last, 2)
+        _turn(m, 2, take=True)
+        _issue_pv(m, t, last, 2)
+        _turn(m, 2, take=False)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+        _release(m, t, last, 2)
+    else:
+        m.emit(f"for {j} in range(lo, hi):", 1)
+        _wait_tile(m, t.k_wait, j, J, 2)
+        _turn(m, 2, take=True)
+        _issue_qk(m, t, J, 2)
+        _turn(m, 2, take=False)
+        m.tl(n.WaitGemm(t.qk.out), 2)
+        m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+        m.emit(_softmax_call(j, rt), 2)
+        m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+        _wait_tile(m, t.v_wait, j, J, 2)
+        _turn(m, 2, take=True)
+        _issue_pv(m, t, J, 2)
+        _turn(m, 2, take=False)
+        m.tl(n.WaitGemm(t.pv.out), 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+        _release(m, t, J, 2)
+    _epilogue(m)
+    m.emit()
+
+
+def _epilogue(m: Writer) -> None:
+    # the running max is in log2 units when the scale was folded (see _folded), natural units otherwise
+    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if _folded(m.hk.loops[-1]) else f"m_i + gl.log2(l_i) * {LN2!r}"
+    for s in m.hk.epilogue:
+        m.tl(s, 1)
+        if isinstance(s, n.Normalize):
+            m.emit("l_o = gl.convert_layout(l_i, row_o)", 1)
+            m.emit("out = (acc * gl.expand_dims(gl.where(l_o == 0.0, 0.0, 1.0 / l_o), 1)).to(DTYPE)  # a row that saw no key: 0", 1)
+        elif isinstance(s, n.LogSumExp):
+            m.emit(f"lse_r = gl.where(l_i == 0.0, -float('inf'), {lse_of})", 1)
+        elif isinstance(s, n.Copy) and s.dst == "O":
+            m.emit("o_rows = m * BM + WG * HM + gl.arange(0, HM, layout=row_o)", 1)
+            m.emit("o_cols = gl.arange(0, Dv, layout=gl.SliceLayout(0, o_layout))", 1)
+            # 64-bit (b, h) offset on the scalar base; within one (b, h) slice offsets fit in 32 bits (runtime.check_arguments)
+            m.emit(f"o_base = o + {_view_base(m, s.dst, 'so')}", 1)
+            m.emit("o_ptrs = o_base + gl.expand_dims(o_rows * so_s, 1) + gl.expand_dims(o_cols, 0)  # o's last stride is 1 (launch)", 1)
+            m.emit("gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)", 1)
+        elif isinstance(s, n.Copy) and s.dst == "LSE":
+            m.emit(f"gl.store(lse + {_view_base(m, s.dst, 'sl')} + rows * sl_s, lse_r, mask=rows < Sq)", 1)
+        else:
+            _fail(s, f"{type(s).__name__} after the tile loops: the gluon backend takes Normalize, LogSumExp and the stores of O and LSE", m.file)
+
+
+def _view_base(m: Writer, view: str, strides: str) -> str:
+    """The offset of a (b, h) view of an output: its TL offsets times the tensor's strides."""
+    alloc = m.hk.views[view]
+    if len(alloc.offset) != 2:
+        _fail(alloc, f"{view} views {alloc.tensor} with {len(alloc.offset)} leading indices; the gluon backend takes [batch, head]", m.file)
+    # 64-bit: a (b, h) offset past 2**31 elements must not wrap (scalars: no cost per element)
+    return " + ".join(f"({m.dev(e)}).to(gl.int64) * {strides}_{axis}" for e, axis in zip(alloc.offset, ("b", "h")))

@@ -1,0 +1,124 @@
+"""What the Gluon translator's parts share: the module being written (lines, expressions in Gluon,
+names of ring stages and barrier slots), the constants of the kernel it writes, and ``subst``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...abi import INT_SCALARS
+from ...tl import nodes as n
+from ...tl.printer import stmt as stmt_lines
+from ..triton.exprs import ExprContext, device
+from .shape import HopperKernel, _fail
+
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
+# setmaxnreg budgets: Triton gives the kernel .maxnreg 168 over 3 warpgroups (384 threads, 64512 registers),
+# i.e. 504 registers per thread across one thread of each warpgroup; the load warp's warpgroup keeps its
+# TL budget, the two compute warpgroups share the rest in multiples of 8.
+REGISTERS_ACROSS_WARPGROUPS = 504
+
+
+def compute_regs(load_regs: int) -> int:
+    return (REGISTERS_ACROSS_WARPGROUPS - load_regs) // 2 // 8 * 8
+
+
+def subst(e: n.Expr, name: str, by: n.Expr) -> n.Expr:
+    """``e`` with every free ``name`` replaced by ``by`` (tile j -> tile j + 1 in the overlapped loop)."""
+    if isinstance(e, n.Name):
+        return by if e.id == name else e
+    if isinstance(e, n.Unary):
+        return n.Unary(e.op, subst(e.operand, name, by))
+    if isinstance(e, n.Binary):
+        return n.Binary(e.op, subst(e.left, name, by), subst(e.right, name, by))
+    if isinstance(e, n.Call):
+        return n.Call(e.func, tuple(subst(a, name, by) for a in e.args))
+    if isinstance(e, n.Index):
+        return n.Index(e.name, tuple(subst(a, name, by) for a in e.args))
+    return e
+
+
+@dataclass
+class Writer:
+    hk: HopperKernel
+    head_dim: int
+    head_dim_v: int
+    file: str | None
+    lines: list[str] = field(default_factory=list)
+    helpers: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ names and expressions
+    @property
+    def scalars(self) -> tuple[str, ...]:
+        return self.hk.kernel.scalars
+
+    @property
+    def alibi(self) -> bool:
+        return any(isinstance(e, n.Index) and e.name == "alibi_slopes" for e in _all_indexes(self.hk.kernel))
+
+    def runtime_args(self) -> list[str]:
+        """The values every role takes: grid coordinates, sizes, scalars, output pointers and strides."""
+        out = ["m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", *self.scalars, "o", "so_b", "so_h", "so_s", "lse", "sl_b", "sl_h", "sl_s"]
+        if self.alibi:
+            out += ["alibi_slopes", "sa"]
+        return out
+
+    def ctx(self, extra: dict[str, str] | None = None) -> ExprContext:
+        loop_vars = {s.var for s in n.walk(self.hk.kernel.body) if isinstance(s, n.Loop)}
+        sizes = ("m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *loop_vars)  # all >= 0 (tiles count up from lo >= 0)
+        names = {x: x for x in (*sizes, *self.scalars, *self.hk.params)}
+        names.update(extra or {})
+        nonneg = {*sizes, *self.hk.params, *(s for s in self.scalars if s in INT_SCALARS)}
+        return ExprContext(names, nonneg=nonneg, index=self._index, helpers=self.helpers, file=self.file,
+                           floats={s for s in self.scalars if s not in INT_SCALARS} | {"score"}, lib="gl")
+
+    def _index(self, e: n.Index) -> str:
+        if e.name != "alibi_slopes" or len(e.args) != 1:
+            _fail(e, f"{e.name}[...]: the gluon backend reads alibi_slopes[head] only", self.file)
+        return f"gl.load(alibi_slopes + ({device(e.args[0], self.ctx())}) * sa)"
+
+    def dev(self, e: n.Expr, extra: dict[str, str] | None = None) -> str:
+        return device(e, self.ctx(extra))
+
+    def ring_ref(self, name: str, index: n.Expr | None, extra: dict[str, str] | None = None) -> str:
+        return name if index is None else f"{name}.index({self.dev(index, extra)})"
+
+    def bar(self, ref: n.BarrierRef, extra: dict[str, str] | None = None) -> str:
+        return self.ring_ref(ref.name, ref.index, extra)
+
+    def emit(self, line: str = "", indent: int = 0) -> None:
+        self.lines.append("    " * indent + line if line else "")
+
+    def tl(self, s: n.Stmt, indent: int) -> None:
+        self.emit(f"# TL: {stmt_lines(s)[0].strip()}", indent)
+
+
+def _all_indexes(kernel: n.Kernel) -> list[n.Index]:
+    out: list[n.Index] = []
+    for s in n.walk(kernel.body):
+        for e in _stmt_exprs(s):
+            out += n.indexes(e)
+    return out
+
+
+def _stmt_exprs(s: n.Stmt) -> list[n.Expr]:
+    if isinstance(s, n.ScoreMod):
+        return [s.expr]
+    if isinstance(s, n.Mask):
+        return [s.keep]
+    if isinstance(s, n.Elementwise):
+        return list(s.args)
+    return []
+
+
+def const(m: Writer, e: n.Expr) -> int:
+    from ...tl.evaluate import evaluate
+
+    return int(evaluate(e, {**m.hk.params, "D": m.head_dim, "Dv": m.head_dim_v}))
+
+
+def shared_args(hk: HopperKernel) -> list[str]:
+    """The shared buffers and barriers every role takes (and the turn barriers in ping-pong)."""
+    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else [])]
