@@ -179,6 +179,16 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_v_wrong_stage", "hopper", "kernel",
            r"v_t = Vs\.index\(\(j % stages\)\)", "v_t = Vs.index(((j + 1) % stages))",
            "the PV GEMM reads the next ring slot's V tile instead of tile j's"),
+    Mutant("gluon_overlap_k_of_this_tile", "hopper", "kernel",
+           r"k_t = Ks\.index\(\(\(j \+ 1\) % stages\)\)", "k_t = Ks.index((j % stages))",
+           "the overlapped loop's QK^T for tile j + 1 reads tile j's K slot (the j + 1 substitution lost)"),
+    Mutant("gluon_kv_free_one_warpgroup", "hopper", "kernel",
+           r"mbarrier\.init\(kv_free\.index\(i\), count=\(1\) \* 2\)", "mbarrier.init(kv_free.index(i), count=1)",
+           "a K/V slot is free after the first warpgroup's release: the load warp may refill it under the second"),
+    Mutant("gluon_turns_not_taken", "hopper", "kernel",
+           r"^\s*mbarrier\.wait\(turn\.index\(WG\), turns & 1\)[^\n]*\n", "",
+           "the two warpgroups issue their GEMMs without taking turns", every=True,
+           equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
 )
 
 

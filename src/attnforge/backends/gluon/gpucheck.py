@@ -5,7 +5,8 @@
 mutants: the Gluon mutants of selftest/mutants.py (a dropped barrier wait, a wrong phase, a wrong
 stage index), each planted in its spec's generated kernel and verified natively in a process of
 its own with a deadline: a mutant that hangs the GPU (a barrier wait that never completes) is
-killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control.
+killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control;
+an equivalent mutant (its ``equivalent`` says why) must pass, as the control does.
 ab: the generated kernel timed beside variants of its own source (``AB_VARIANTS``) and SDPA's
 cuDNN backend, for choosing what the translator emits. Prints one line per item; JSON under --out.
 """
@@ -74,6 +75,7 @@ def phase_mutants(out: Path) -> list[dict]:
         if m.spec not in bases:
             bases[m.spec], params[m.spec] = _build(SPECS[m.spec][0], out, f"base-{m.spec}")
     jobs = [("control-" + key, key, path) for key, path in bases.items()]
+    equivalent = {m.name for m in GLUON_MUTANTS if m.equivalent}
     for m in GLUON_MUTANTS:
         path = out / "src" / f"mutant-{m.name}.py"
         path.write_text(m.apply(bases[m.spec].read_text()))
@@ -87,7 +89,7 @@ def phase_mutants(out: Path) -> list[dict]:
             caught = detail.startswith("FAILED")  # verification said no; a crash (import, launch) catches nothing
         except subprocess.TimeoutExpired:
             passed, caught, detail = False, True, f"no result within {MUTANT_DEADLINE_S:.0f} s (a barrier wait that never completes)"
-        control = name.startswith("control-")
+        control = name.startswith("control-") or name in equivalent  # these must pass verification
         ok = passed if control else caught
         rows.append(dict(name=name, control=control, passed_verification=passed, as_expected=ok, detail=detail, seconds=round(time.time() - start, 1)))
         print(f"{name:32s} {'control ' if control else 'mutant  '} {'PASSED' if passed else 'FAILED' if control else 'KILLED' if caught else 'CRASHED'}"
