@@ -224,10 +224,15 @@ def test_programs_the_kernel_would_get_wrong_are_refused(old, new, words):
 def test_scores_in_natural_units_unless_one_multiply_feeds_the_softmax():
     one = _translate_edit("Compute Multiply S, scale", "Compute Multiply S, scale")
     assert "c = (scale) * 1.4426950408889634" in one and "SCALE_POSITIVE=scale > 0" in one
+    # a negative scale is applied before the mask: -inf must stay -inf
+    assert one.index("S = S * c") < one.index("S = gl.where(")
     two = _translate_edit("        Compute Multiply S, scale\n", "        Compute Multiply S, scale\n        Compute Multiply S, 2\n")
-    # two factors: each applied as written, the softmax's exp2 converts natural units once
-    assert "    c = " not in two and two.count("S = S * (") == 2 and "S * 1.4426950408889634" in two
-    assert "SCALE_POSITIVE=True" in two and "m_i + gl.log2(l_i) * 0.6931471805599453" in two
+    # two factors: applied as written, log2(e) with the one next to the softmax (analysis.base2_softmax's plan), none fused
+    assert "    c = " not in two and "S = S * (scale)" in two and "S = S * (2 * 1.4426950408889634)" in two
+    assert "SCALE_POSITIVE=True" in two and "(m_i + gl.log2(l_i)) * 0.6931471805599453" in two
+    mod = _translate_edit("        Compute Multiply S, scale\n", "        Compute Multiply S, scale\n        Compute ScoreMod S with score * 0.5\n")
+    # a modifier reads the scores: natural units, exp2 takes log2(e) itself
+    assert "S = S * (scale)" in mod and "gl.exp2(S * 1.4426950408889634" in mod and "m_i + gl.log2(l_i) * 0.6931471805599453" in mod
 
 
 def test_both_scale_specialisations_compile(tmp_path):

@@ -22,6 +22,7 @@ def test_the_suite_covers_the_kinds_of_bug_the_gate_must_see():
     names = {m.name for m in MUTANTS}
     for needed in ("causal_alignment_swapped", "window_left_off_by_one", "gqa_map_changed", "o_strides_swapped", "lse_not_stored",
                    "rows_past_sq_written", "rescale_dropped", "normalize_dropped", "decode_combine_weights_dropped",
-                   "causal_split_plus_one", "exp_for_exp2", "tma_box_wrong", "kv_loop_end_minus_one", "accumulator_rounded_to_bf16"):
+                   "causal_split_plus_one", "exp_for_exp2", "tma_box_wrong", "kv_loop_end_minus_one", "accumulator_rounded_to_bf16",
+                   "hopper_k_wait_dropped", "hopper_free_wait_wrong_phase", "hopper_v_stage_wrong", "hopper_slot_released_early"):
         assert needed in names
     assert {m.where for m in MUTANTS} == {"tl", "kernel", "model"}

@@ -90,7 +90,7 @@ def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None
                 raise TLCheckError(result.errors, file=str(tl_path))
             params = {p.name: p.value for k in program.kernels for p in k.params}
             verdict.step = "interpret"
-            verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params), file=str(tl_path))
+            verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params, program), file=str(tl_path))
         verdict.step = "verify"
         if verdict.model is not None:
             _verify_model_module(directory / backend.source_file, spec, target, params, interpret, verdict, progress)

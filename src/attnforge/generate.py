@@ -251,7 +251,7 @@ class _Pipeline:
         float64 on small shapes against the spec's reference, before any GPU code."""
         p = self.result.plan
         try:
-            reports = interpret_against_spec(p.program, self.spec, interpret_shapes(self.spec, p.params), file=getattr(self.planner, "file", KERNEL_TL))
+            reports = interpret_against_spec(p.program, self.spec, interpret_shapes(self.spec, p.params, p.program), file=getattr(self.planner, "file", KERNEL_TL))
         except JudgeError as err:
             self.result.interpret_runs = [_run_record(r) for r in err.reports]
             raise StepFailed("interpret", f"{err.message} (hint: {err.hint})" if err.hint else err.message) from err

@@ -126,20 +126,37 @@ def claim_findings(program: n.Program, spec: AttentionSpec) -> list[Finding]:
     return out
 
 
-def interpret_shapes(spec: AttentionSpec, params: Mapping[str, int]) -> list[harness.Shape]:
+def _ring_slots(program: n.Program | None, params: Mapping[str, int]) -> int:
+    """The most slots any ring of ``program`` has (0 without rings)."""
+    from .tl.evaluate import evaluate
+
+    rings = [s.ring for k in (program.kernels if program else ()) for s in n.walk(k.body) if isinstance(s, n.Allocate) and s.ring is not None]
+    sizes = []
+    for e in rings:
+        try:
+            sizes.append(int(evaluate(e, dict(params))))
+        except Exception:  # a ring size the checker refused: nothing to size the shapes by
+            continue
+    return max(sizes, default=0)
+
+
+def interpret_shapes(spec: AttentionSpec, params: Mapping[str, int], program: n.Program | None = None) -> list[harness.Shape]:
     """Small shapes that exercise every loop of the program: tails in both tiles, Sq != Sk. Two K/V
     heads, so a wrong head map (query head h reading the wrong K/V head) shows. Decode steps, and a
     spec whose queries fit one row block, run over ten K/V tiles with few programs, and decode also
     with more: a split count chosen at launch (the interpreter's rule, ``splits.split_count`` on
     ``splits.INTERPRETER_SM_COUNT`` SMs) is then 4 (splits of 3 tiles, the last of 1), 2 and 1,
-    and a fixed split count meets more and fewer tiles than it has splits."""
+    and a fixed split count meets more and fewer tiles than it has splits. With ``program``, a ring
+    of R slots gets R + 1 K/V tiles and more, so each slot is refilled while roles still run."""
     g = spec.group_size
     bm, bn = params.get("BM", 64), params.get("BN", 64)
     d, dv = spec.head_dim, spec.head_dim_v
     many_tiles = harness.Shape(1, 2 * g, 2, spec.seqlen_q, 9 * bn + 3, d, dv)
     if spec.is_decode:
         return [many_tiles, harness.Shape(2, 2 * g, 2, 1, 3 * bn + 7, d, dv), harness.Shape(4, 2 * g, 2, 1, bn + 5, d, dv)]
-    shapes = [harness.Shape(1, 2 * g, 2, bm + 13, 2 * bn + 7, d, dv), harness.Shape(1, 2 * g, 2, 2 * bm + 3, bn + 5, d, dv)]
+    # a ring of R slots (the Hopper form) is refilled only past R tiles: the first shape goes that far
+    kv_tiles = max(2, _ring_slots(program, params) + 1)
+    shapes = [harness.Shape(1, 2 * g, 2, bm + 13, kv_tiles * bn + 7, d, dv), harness.Shape(1, 2 * g, 2, 2 * bm + 3, bn + 5, d, dv)]
     return shapes + ([many_tiles] if spec.seqlen_q <= bm else [])
 
 

@@ -36,7 +36,7 @@ class Base2:
 def _blocks(body: tuple[n.Stmt, ...]):
     yield body
     for s in body:
-        if isinstance(s, n.Loop):
+        if isinstance(s, (n.Loop, n.Role)):
             yield from _blocks(s.body)
 
 

@@ -74,7 +74,7 @@ def judge_program(source: str, spec: AttentionSpec, target: Target) -> TLVerdict
         return TLVerdict(False, "check", tl_feedback(source, check=result), _codes(result), program, result.open_params)
     params = _params(program)
     try:
-        runs = interpret_against_spec(program, spec, interpret_shapes(spec, params), file=FILE)
+        runs = interpret_against_spec(program, spec, interpret_shapes(spec, params, program), file=FILE)
     except JudgeError as err:
         if err.findings:
             return TLVerdict(False, "claims", _claims_text(err.findings, source), [f.code for f in err.findings], program, [], params)

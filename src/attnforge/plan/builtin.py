@@ -84,17 +84,7 @@ def _positions(packed: bool) -> tuple[str, str]:
 
 def _rename_h(e: n.Expr) -> n.Expr:
     """``e`` with the query head ``h`` read as ``h_idx`` (each packed row's head)."""
-    if isinstance(e, n.Name):
-        return n.Name("h_idx") if e.id == "h" else e
-    if isinstance(e, n.Unary):
-        return n.Unary(e.op, _rename_h(e.operand))
-    if isinstance(e, n.Binary):
-        return n.Binary(e.op, _rename_h(e.left), _rename_h(e.right))
-    if isinstance(e, n.Call):
-        return n.Call(e.func, tuple(_rename_h(a) for a in e.args))
-    if isinstance(e, n.Index):
-        return n.Index(e.name, tuple(_rename_h(a) for a in e.args))
-    return e
+    return n.substitute(e, "h", n.Name("h_idx"))
 
 
 def _per_row_head(text: str, packed: bool) -> str:

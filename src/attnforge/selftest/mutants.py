@@ -26,6 +26,10 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
 }
+# The backend a spec's base kernel is generated with, where it is not auto's choice (the Hopper form
+# is the gluon backend's). Gluon kernels run natively only: without a Hopper GPU (and always with
+# --quick) their mutants are judged by the gate's steps before verification, as is their control.
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "the causal mask hides the diagonal key"),
     Mutant("causal_alignment_swapped", "causal", "tl", r"kv_idx <= q_idx \+ Sk - Sq$", "kv_idx <= q_idx",
            "the causal mask is aligned top-left where the spec says bottom-right"),
+    # ---- TL programs in the Hopper form (the gluon backend): synchronisation
+    Mutant("hopper_k_wait_dropped", "hopper", "tl", r"^        Wait k_ready\[j % stages\] phase \(j // stages\) % 2\n", "",
+           "the compute role reads a K slot without waiting for its TMA copy", every=True),
+    Mutant("hopper_free_wait_wrong_phase", "hopper", "tl", r"Wait kv_free\[j % stages\] phase \(j // stages \+ 1\) % 2",
+           "Wait kv_free[j % stages] phase (j // stages) % 2", "the load role waits for a free slot on the wrong phase (slots start free)"),
+    Mutant("hopper_v_stage_wrong", "hopper", "tl", r"Compute GEMM P, Vs\[j % stages\]", "Compute GEMM P, Vs[(j + 1) % stages]",
+           "the PV GEMM reads another ring slot than the one it waited for", every=True),
+    Mutant("hopper_slot_released_early", "hopper", "tl", r"^(\s*)Wait GEMM O_acc\n(\s*)(Arrive kv_free\[j % stages\])\n",
+           r"\2\3\n\1Wait GEMM O_acc\n", "a K/V slot is given back before the PV GEMM that reads it has finished", every=True),
     Mutant("causal_split_plus_one", "causal", "tl", f"for j = 0 : {_SPLIT} pipeline(.*\\n(?:    .*\\n)*end\\nfor j = ){_SPLIT}",
            r"for j = 0 : min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) + 1 pipeline\1min(Sk // BN, max(0, m * BM + Sk - Sq + 1) // BN) + 1",
            "the unmasked loop runs into the diagonal tile"),

@@ -27,7 +27,7 @@ from ..gate import verify_directory
 from ..report import KERNEL_TL
 from ..targets import get_target
 from .model_style import model_style
-from .mutants import MUTANTS, SPECS, Mutant
+from .mutants import MUTANTS, SPEC_BACKENDS, SPECS, Mutant
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,18 @@ class Outcome:
         return f"{'ok  ' if self.as_expected else 'FAIL'} {self.name:34s} {verdict}  [{self.seconds:.1f}s]" + (f"\n       {self.detail}" if self.detail and not self.as_expected else "")
 
 
+def _native_only(key: str, interpret: bool | None) -> bool:
+    """Whether the spec's kernels cannot be verified here: a backend without an interpreter (gluon)
+    with --quick or without a GPU. Its mutants and control then stop before verification."""
+    import torch
+
+    return key in SPEC_BACKENDS and (interpret is True or not torch.cuda.is_available())
+
+
 def _base(root: Path, key: str, interpret: bool | None) -> Path:
     spec, target = SPECS[key]
     out = root / f"base-{key}"
-    result = generate(spec, get_target(target), out, run_verification=False, interpret=interpret)
+    result = generate(spec, get_target(target), out, backend=SPEC_BACKENDS.get(key, "auto"), run_verification=False, interpret=interpret)
     if not result.ok:
         raise AttnforgeError(f"selftest: the unmutated {key} kernel does not generate: {result.error}", where=f"selftest base {key}",
                              hint="fix the pipeline before trusting any mutant")
@@ -85,6 +93,12 @@ def _model_base(root: Path, key: str, base: Path) -> Path:
 
 def _control(key: str, base: str, interpret: bool | None) -> Outcome:
     start = time.perf_counter()
+    if _native_only(key, interpret):  # the gate's steps up to the compile, as its mutants get them
+        spec, target = SPECS[key]
+        text = (Path(base) / KERNEL_TL).read_text()
+        result = generate(spec, get_target(target), Path(base).parent / f"control-{key}", backend=SPEC_BACKENDS[key], tl=text,
+                          tl_file=f"control-{key}.tl", run_verification=False)
+        return Outcome(f"control:{key}", not result.ok, result.failed_step or "", result.error or "", time.perf_counter() - start)
     verdict = verify_directory(base, interpret=interpret)
     return Outcome(f"control:{key}", not verdict.ok, verdict.step if not verdict.ok else "", verdict.error or "", time.perf_counter() - start)
 
@@ -95,8 +109,11 @@ def _plant(mutant: Mutant, base: str, work: str, interpret: bool | None) -> Outc
     out = Path(work) / mutant.name
     if mutant.where == "tl":
         text = mutant.apply((Path(base) / KERNEL_TL).read_text())
-        result = generate(spec, get_target(target), out, tl=text, tl_file=f"{mutant.name}.tl", interpret=interpret)
-        killed, step, detail = not result.verified, result.failed_step or "", result.error or ""
+        native_only = _native_only(mutant.spec, interpret)
+        result = generate(spec, get_target(target), out, backend=SPEC_BACKENDS.get(mutant.spec, "auto"), tl=text, tl_file=f"{mutant.name}.tl",
+                          interpret=interpret, run_verification=not native_only)
+        killed = not result.ok if native_only else not result.verified
+        step, detail = result.failed_step or "", result.error or ""
     else:
         shutil.copytree(base, out)
         from ..backends import backend_for_directory

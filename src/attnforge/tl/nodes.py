@@ -369,6 +369,21 @@ def hopper_statement(kernel: Kernel) -> Node | None:
     return None
 
 
+def substitute(e: Expr, name: str, by: Expr) -> Expr:
+    """``e`` with every free ``name`` replaced by ``by`` (function names and indexed tensors stay)."""
+    if isinstance(e, Name):
+        return by if e.id == name else e
+    if isinstance(e, Unary):
+        return Unary(e.op, substitute(e.operand, name, by))
+    if isinstance(e, Binary):
+        return Binary(e.op, substitute(e.left, name, by), substitute(e.right, name, by))
+    if isinstance(e, Call):
+        return Call(e.func, tuple(substitute(a, name, by) for a in e.args))
+    if isinstance(e, Index):
+        return Index(e.name, tuple(substitute(a, name, by) for a in e.args))
+    return e
+
+
 def expr_names(expr: Expr) -> set[str]:
     """The free names an expression reads (function names excluded; indexed tensors included)."""
     if isinstance(expr, Name):

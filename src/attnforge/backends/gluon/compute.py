@@ -9,21 +9,21 @@ from ...tl import nodes as n
 from ...tl.printer import expr as show_expr
 from ...tl.printer import stmt as stmt_lines
 from .shape import TileLoop, _fail
-from .writer import LN2, LOG2E, Writer, shared_args, subst
+from ...analysis import LN2, LOG2E
+from .writer import Writer, shared_args
 
 
-
-def _folded(loop: TileLoop) -> bool:
-    """log2(e) folds into the scale (the softmax then runs on exp2 of the scores) when one Multiply
-    takes the scores straight to the softmax: a score modifier must see them in natural units, and
-    with no Multiply or several the scores stay in natural units too (each factor applied as written)."""
-    return len(loop.scores) == 1 and isinstance(loop.scores[0], n.Elementwise)
+def _folded(m: Writer, loop: TileLoop) -> bool:
+    """Whether the loop's online softmax runs in base 2 (log2(e) folded into the scale that feeds
+    it), by the plan every translator follows (``analysis.base2_softmax``)."""
+    return id(loop.softmax) in m.base2.softmaxes
 
 
 def fused_factor(m: Writer, loop: TileLoop) -> n.Expr | None:
-    """The folded scale when it can go into the softmax's exp2 FMA: a runtime scalar or a number,
-    whose sign the launch knows (``SCALE_POSITIVE``); None otherwise."""
-    if not _folded(loop):
+    """The folded scale when it can go into the softmax's exp2 FMA (no pass over the tile): the
+    scores' only statement, a runtime scalar or a number, whose sign the launch knows
+    (``SCALE_POSITIVE``); None otherwise."""
+    if not _folded(m, loop) or len(loop.scores) != 1:
         return None
     factor = loop.scores[0].args[1]
     if isinstance(factor, n.Num) or (isinstance(factor, n.Name) and factor.id in m.scalars):
@@ -31,30 +31,34 @@ def fused_factor(m: Writer, loop: TileLoop) -> n.Expr | None:
     return None
 
 
+def _online_softmax(m: Writer, k: str, r: str, indent: int) -> None:
+    """P = exp2(S * k - m * r), the running max taken of S * k (``k``, ``r``: "" for 1, else " * x")."""
+    m.emit(f"m_new = gl.maximum(m_i, gl.max(S, axis=1){k})", indent)
+    m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", indent)
+    m.emit(f"P = gl.exp2(S{k} - gl.expand_dims(m_use{r}, 1))", indent)
+    m.emit(f"alpha = gl.exp2((m_i - m_use){r})", indent)
+
+
 def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
     """The scores of tile j, from the QK^T accumulator to P and the online-softmax state."""
-    folded = _folded(loop)
     factor = fused_factor(m, loop)
-    c = "1.0" if folded else repr(LOG2E)
     rt = ", ".join(m.runtime_args())
     m.emit("@gluon.jit")
     m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
     m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
     m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
     extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", loop.loop.var: "j"}
-    fused = None  # folded: the scale times log2(e), applied inside the softmax's FMA where its sign allows
     for s in loop.scores:
         m.tl(s, 1)
-        if isinstance(s, n.Elementwise) and factor is not None:
-            fused = f"({m.dev(factor, extra)}) * {LOG2E}"
-            m.emit(f"c = {fused}", 1)
-            m.emit("if not SCALE_POSITIVE:  # max(S * c) is max(S) * c only for c > 0: scale the tile first", 1)
-            m.emit("S = S * c", 2)
-        elif isinstance(s, n.Elementwise):
-            by = m.dev(s.args[1], extra)
-            m.emit(f"S = S * ({by} * {LOG2E})" if folded else f"S = S * ({by})", 1)
-        else:
+        if isinstance(s, n.ScoreMod):
             m.emit(f"S = {m.dev(s.expr, extra)}", 1)
+        elif factor is not None:  # fused: a positive scale goes into the softmax's FMA below
+            m.emit(f"c = ({m.dev(factor, extra)}) * {LOG2E}", 1)
+            m.emit("if not SCALE_POSITIVE:  # max(S * c) is max(S) * c only for c > 0; scaled first, the mask keeps -inf", 1)
+            m.emit("S = S * c", 2)
+        else:
+            by = m.dev(s.args[1], extra)
+            m.emit(f"S = S * ({by} * {LOG2E})" if id(s) in m.base2.multiplies else f"S = S * ({by})", 1)
     if loop.mask is not None:
         m.tl(loop.mask, 1)
         keep = m.dev(loop.mask.keep, extra)
@@ -64,21 +68,15 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
             m.emit("if j >= split:", 1)
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 2)
     m.tl(loop.softmax, 1)
-    if fused is not None:  # the running max is kept in log2 units: m = max(S) * c
+    if factor is not None:  # the running max is kept in log2 units: m = max(S) * c, for c > 0
         m.emit("if SCALE_POSITIVE:", 1)
-        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1) * c)", 2)
-        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 2)
-        m.emit("P = gl.exp2(S * c - gl.expand_dims(m_use, 1))", 2)
-        m.emit("else:", 1)
-        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 2)
-        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)", 2)
-        m.emit("P = gl.exp2(S - gl.expand_dims(m_use, 1))", 2)
-        m.emit("alpha = gl.exp2(m_i - m_use)", 1)
-    else:
-        m.emit("m_new = gl.maximum(m_i, gl.max(S, axis=1))", 1)
-        m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", 1)
-        m.emit(f"P = gl.exp2(S * {c} - gl.expand_dims(m_use * {c}, 1))", 1)
-        m.emit(f"alpha = gl.exp2((m_i - m_use) * {c})", 1)
+        _online_softmax(m, " * c", "", 2)
+        m.emit("else:  # scaled above", 1)
+        _online_softmax(m, "", "", 2)
+    elif _folded(m, loop):  # the scores carry log2(e) already
+        _online_softmax(m, "", "", 1)
+    else:  # natural units: exp(x) = exp2(x * log2(e))
+        _online_softmax(m, f" * {LOG2E}", f" * {LOG2E}", 1)
     m.emit("l_i = l_i * alpha + gl.sum(P, axis=1)", 1)
     m.tl(loop.p_cast, 1)
     m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
@@ -87,15 +85,15 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
 
 def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
     """The TL's Wait for tile ``at`` (the loop's own tile, the next one, the first or the last)."""
-    index = subst(w.barrier.index, var, at) if w.barrier.index is not None else None
-    placed = n.Wait(n.BarrierRef(w.barrier.name, index), subst(w.phase, var, at))
+    index = n.substitute(w.barrier.index, var, at) if w.barrier.index is not None else None
+    placed = n.Wait(n.BarrierRef(w.barrier.name, index), n.substitute(w.phase, var, at))
     m.emit(f"# TL: {stmt_lines(w)[0].strip()}" + ("" if placed == w else f"  (for tile {show_expr(at)}: {stmt_lines(placed)[0].strip()})"), indent)
     m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
 
 
 def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.qk, indent)
-    slot = m.dev(subst(t.qk.b_index, t.loop.var, at))
+    slot = m.dev(n.substitute(t.qk.b_index, t.loop.var, at))
     m.emit(f"k_t = {t.qk.b}.index({slot}).reshape([BN, D]).permute((1, 0))", indent)
     m.emit("S = warpgroup_mma(q_t, k_t, gl.zeros([HM, BN], gl.float32, s_layout), use_acc=False, is_async=True)", indent)
 
@@ -104,7 +102,7 @@ def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.p_reshape, indent)
     m.emit("p = gl.convert_layout(P, p_layout)", indent)
     m.tl(t.pv, indent)
-    slot = m.dev(subst(t.pv.b_index, t.loop.var, at))
+    slot = m.dev(n.substitute(t.pv.b_index, t.loop.var, at))
     m.emit(f"v_t = {t.pv.b}.index({slot}).reshape([BN, Dv])", indent)
     m.emit("acc = warpgroup_mma(p, v_t, acc, is_async=True)", indent)
 
@@ -112,7 +110,7 @@ def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
 def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.release, indent)
     ref = t.release.barrier
-    m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, subst(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
+    m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, n.substitute(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
 
 
 def _turn(m: Writer, indent: int, take: bool) -> None:
@@ -213,7 +211,7 @@ def compute_fn(m: Writer) -> None:
 
 def _epilogue(m: Writer) -> None:
     # the running max is in log2 units when the scale was folded (see _folded), natural units otherwise
-    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if _folded(m.hk.loops[-1]) else f"m_i + gl.log2(l_i) * {LN2!r}"
+    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if _folded(m, m.hk.loops[-1]) else f"m_i + gl.log2(l_i) * {LN2!r}"
     for s in m.hk.epilogue:
         m.tl(s, 1)
         if isinstance(s, n.Normalize):
@@ -221,14 +219,14 @@ def _epilogue(m: Writer) -> None:
             m.emit("out = (acc * gl.expand_dims(gl.where(l_o == 0.0, 0.0, 1.0 / l_o), 1)).to(DTYPE)  # a row that saw no key: 0", 1)
         elif isinstance(s, n.LogSumExp):
             m.emit(f"lse_r = gl.where(l_i == 0.0, -float('inf'), {lse_of})", 1)
-        elif isinstance(s, n.Copy) and s.dst == "O":
+        elif isinstance(s, n.Copy) and m.hk.views[s.dst].tensor == "o":
             m.emit("o_rows = m * BM + WG * HM + gl.arange(0, HM, layout=row_o)", 1)
             m.emit("o_cols = gl.arange(0, Dv, layout=gl.SliceLayout(0, o_layout))", 1)
             # 64-bit (b, h) offset on the scalar base; within one (b, h) slice offsets fit in 32 bits (runtime.check_arguments)
             m.emit(f"o_base = o + {_view_base(m, s.dst, 'so')}", 1)
             m.emit("o_ptrs = o_base + gl.expand_dims(o_rows * so_s, 1) + gl.expand_dims(o_cols, 0)  # o's last stride is 1 (launch)", 1)
             m.emit("gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)", 1)
-        elif isinstance(s, n.Copy) and s.dst == "LSE":
+        elif isinstance(s, n.Copy) and m.hk.views[s.dst].tensor == "lse":
             m.emit(f"gl.store(lse + {_view_base(m, s.dst, 'sl')} + rows * sl_s, lse_r, mask=rows < Sq)", 1)
         else:
             _fail(s, f"{type(s).__name__} after the tile loops: the gluon backend takes Normalize, LogSumExp and the stores of O and LSE", m.file)

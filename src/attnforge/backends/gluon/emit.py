@@ -21,7 +21,7 @@ from ...tl.printer import stmt as stmt_lines
 from ..triton.exprs import ExprContext, device
 from .compute import compute_fn, fused_factor, softmax_fn
 from .shape import _fail
-from .writer import GL_DTYPE, Writer, compute_regs, const, shared_args
+from .writer import GL_DTYPE, Writer, compute_regs, const, load_regs, shared_args
 
 # ---------------------------------------------------------------------- the load role
 
@@ -129,10 +129,10 @@ def _kernel_fn(m: Writer) -> None:
     if hk.pingpong:
         parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
-        regs.append(str(compute_regs(hk.load.regs or 24)))
+        regs.append(str(compute_regs(load_regs(hk))))
     parts.append(f"(_load, (q_desc, k_desc, v_desc, {shared}, {args}))")
     warps.append(str(const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
-    regs.append(str(hk.load.regs or 24))
+    regs.append(str(load_regs(hk)))
     m.emit("gl.warp_specialize([", 1)
     for p in parts:
         m.emit(p + ",", 2)
@@ -220,16 +220,15 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     tiles = _descriptor_tiles(m)
     if set(tiles) != {"q", "k", "v"}:
         _fail(hk.load, f"the load role copies {', '.join(sorted(tiles)) or 'nothing'} by TMA; it must copy q, k and v", file)
-    body = Writer(hk, head_dim, head_dim_v, file, helpers=m.helpers)
-    softmax_fn(body, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
-    compute_fn(body)
-    body.emit("@gluon.jit")
-    body.emit(f"def _load(q_desc, k_desc, v_desc, {', '.join(shared_args(hk))}, {', '.join(body.runtime_args())}):")
-    body.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
-    _load_block(body, hk.load.body, 1)
-    body.emit()
-    _kernel_fn(body)
-    _launch_fn(body, tiles)
+    softmax_fn(m, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
+    compute_fn(m)
+    m.emit("@gluon.jit")
+    m.emit(f"def _load(q_desc, k_desc, v_desc, {', '.join(shared_args(hk))}, {', '.join(m.runtime_args())}):")
+    m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
+    _load_block(m, hk.load.body, 1)
+    m.emit()
+    _kernel_fn(m)
+    _launch_fn(m, tiles)
 
     nwg = 2 if hk.pingpong else 1
     warps = const(m, n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start))
@@ -270,5 +269,5 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
     ]
     helpers = [_helper_source(h) for h in ("floordiv", "floormod", "tanh") if h in m.helpers]
-    source = "\n".join(header) + "\n" + "\n".join(helpers) + ("\n" if helpers else "") + "\n".join(body.lines) + "\n"
+    source = "\n".join(header) + "\n" + "\n".join(helpers) + ("\n" if helpers else "") + "\n".join(m.lines) + "\n"
     return GluonModule(source, kernel.name, dict(hk.params))

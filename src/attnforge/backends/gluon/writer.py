@@ -1,19 +1,19 @@
 """What the Gluon translator's parts share: the module being written (lines, expressions in Gluon,
-names of ring stages and barrier slots), the constants of the kernel it writes, and ``subst``."""
+names of ring stages and barrier slots, the base-2 softmax plan) and the constants of the kernel it writes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from ...abi import INT_SCALARS
+from ...abi import INT_SCALARS, SIZE_ARGS
+from ...analysis import Base2, base2_softmax
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
 from ..triton.exprs import ExprContext, device
 from .shape import HopperKernel, _fail
 
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
 # setmaxnreg budgets: Triton gives the kernel .maxnreg 168 over 3 warpgroups (384 threads, 64512 registers),
 # i.e. 504 registers per thread across one thread of each warpgroup; the load warp's warpgroup keeps its
@@ -21,23 +21,15 @@ GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
 REGISTERS_ACROSS_WARPGROUPS = 504
 
 
-def compute_regs(load_regs: int) -> int:
-    return (REGISTERS_ACROSS_WARPGROUPS - load_regs) // 2 // 8 * 8
+LOAD_REGS = 24  # a load role without a budget: setmaxnreg's minimum (it only issues TMA copies)
 
 
-def subst(e: n.Expr, name: str, by: n.Expr) -> n.Expr:
-    """``e`` with every free ``name`` replaced by ``by`` (tile j -> tile j + 1 in the overlapped loop)."""
-    if isinstance(e, n.Name):
-        return by if e.id == name else e
-    if isinstance(e, n.Unary):
-        return n.Unary(e.op, subst(e.operand, name, by))
-    if isinstance(e, n.Binary):
-        return n.Binary(e.op, subst(e.left, name, by), subst(e.right, name, by))
-    if isinstance(e, n.Call):
-        return n.Call(e.func, tuple(subst(a, name, by) for a in e.args))
-    if isinstance(e, n.Index):
-        return n.Index(e.name, tuple(subst(a, name, by) for a in e.args))
-    return e
+def load_regs(hk: HopperKernel) -> int:
+    return hk.load.regs or LOAD_REGS
+
+
+def compute_regs(load: int) -> int:
+    return (REGISTERS_ACROSS_WARPGROUPS - load) // 2 // 8 * 8
 
 
 @dataclass
@@ -54,9 +46,19 @@ class Writer:
     def scalars(self) -> tuple[str, ...]:
         return self.hk.kernel.scalars
 
-    @property
+    @cached_property
     def alibi(self) -> bool:
         return any(isinstance(e, n.Index) and e.name == "alibi_slopes" for e in _all_indexes(self.hk.kernel))
+
+    @cached_property
+    def base2(self) -> Base2:
+        """Which softmaxes run in base 2 and which Multiplies take log2(e): the Triton backend's plan too."""
+        k = self.hk.kernel
+        return base2_softmax(k, frozenset(k.scalars) | frozenset(self.hk.params) | frozenset(SIZE_ARGS) | {"D", "Dv"})
+
+    @cached_property
+    def _loop_vars(self) -> frozenset[str]:
+        return frozenset(s.var for s in n.walk(self.hk.kernel.body) if isinstance(s, n.Loop))
 
     def runtime_args(self) -> list[str]:
         """The values every role takes: grid coordinates, sizes, scalars, output pointers and strides."""
@@ -66,8 +68,7 @@ class Writer:
         return out
 
     def ctx(self, extra: dict[str, str] | None = None) -> ExprContext:
-        loop_vars = {s.var for s in n.walk(self.hk.kernel.body) if isinstance(s, n.Loop)}
-        sizes = ("m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *loop_vars)  # all >= 0 (tiles count up from lo >= 0)
+        sizes = ("m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *self._loop_vars)  # all >= 0 (tiles count up from lo >= 0)
         names = {x: x for x in (*sizes, *self.scalars, *self.hk.params)}
         names.update(extra or {})
         nonneg = {*sizes, *self.hk.params, *(s for s in self.scalars if s in INT_SCALARS)}
