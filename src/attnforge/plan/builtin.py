@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Collection, Iterator
+from typing import Callable, Collection, Iterator
 
 from ..abi import scalar_values
 from ..dtypes import FORMATS, KERNEL_DTYPES
@@ -494,11 +494,19 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
         # a stale or hand-edited tuning database, or a decode choice that still fixes NSPLIT -- are
         # not offered: they were measured on another program, or its source would not build)
         cands = [prefer] + [c for c in cands if c.params != prefer.params]
+    yield from checked_plans(spec, target, kind, cands, lambda params: source_for(spec, target, kind, params))
+
+
+def checked_plans(spec: AttentionSpec, target: Target, kind: str, cands: list[Candidate],
+                  source: Callable[[dict[str, int]], str]) -> Iterator[Plan]:
+    """The candidates whose TL (``source(params)``) the checker accepts, in order, each with the
+    candidates refused since the previous one; TLCheckError at a refusal smaller tiles cannot fix,
+    or when none passes."""
     rejected: list[str] = []
     yielded = False
     last = None
     for cand in cands:
-        text = source_for(spec, target, kind, cand.params)
+        text = source(cand.params)
         program = parse(text, file="kernel.tl")
         result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
         if result.ok:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import SpecError, TLCheckError
+from ..errors import SpecError
 from ..spec import AttentionSpec
 from ..targets import Target
-from ..tl.checker import check
-from ..tl.parser import parse
-from .builtin import Candidate, Plan, _full_tiles, _header, _keep, _score_mods, _visible_tiles, packs_gqa
+from .builtin import Candidate, Plan, _full_tiles, _header, _keep, _score_mods, _visible_tiles, checked_plans, packs_gqa
 
 # Measured on the H200 (bench/RESULTS.md, 2026-12-01): the best schedule per head dim on the
 # 4k-token rows, with the ring as deep as shared memory allows at that tile.
@@ -139,19 +137,4 @@ def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None =
     if prefer is not None and set(prefer.params) <= HOPPER_PARAMS and {"BM", "BN", "warps", "stages"} <= set(prefer.params):
         # (the tuning database's choice for the gluon backend: a switch that is off is absent)
         cands = [prefer] + [c for c in cands if c.params != prefer.params]
-    rejected: list[str] = []
-    last, yielded = None, False
-    for cand in cands:
-        text = hopper_source(spec, target, cand.params)
-        program = parse(text, file="kernel.tl")
-        result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
-        if result.ok:
-            yield Plan(program, text, cand.params, "prefill", (cand.reason,), result, tuple(rejected))
-            rejected, yielded = [], True
-            continue
-        rejected.append(", ".join(f"{k}={v}" for k, v in cand.params.items()) + ": " + "; ".join(f"{f.code} {f.message}" for f in result.errors[:2]))
-        last = result
-        if not any(f.code in ("TL503", "TL504") for f in result.errors):
-            raise TLCheckError(result.errors, file="kernel.tl")
-    if not yielded:
-        raise TLCheckError(last.errors if last else [], file="kernel.tl")
+    yield from checked_plans(spec, target, "prefill", cands, lambda params: hopper_source(spec, target, params))

@@ -98,20 +98,13 @@ def phase_mutants(out: Path) -> list[dict]:
 
 
 def phase_ab(out: Path) -> list[dict]:
-    import importlib.util
-
     import torch
     import torch.nn.functional as F
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ...spec import AttentionSpec
-
-    def load(path: Path):
-        spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    from . import _import
 
     rows = []
     for dtype, d, causal in AB_ROWS:
@@ -130,7 +123,7 @@ def phase_ab(out: Path) -> list[dict]:
             t_ref = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
         line = {"row": f"{dtype} D={d} {'causal' if causal else 'full'}", "params": params, "cudnn_ms": t_ref}
         for name, path in variants:
-            module = load(path)
+            module = _import(path)
             t = triton.testing.do_bench(lambda: module.launch(q, k, v, o, lse, scale=d ** -0.5, checked=True))
             line[name] = round(t_ref / t, 3)
         rows.append(line)
