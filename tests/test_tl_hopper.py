@@ -310,3 +310,13 @@ def test_a_role_cannot_use_another_roles_registers() -> None:
     text = edit("    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready\n",
                 "    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready\n    Compute Multiply O_acc, scale\n")
     assert "O_acc is a register tile of role compute; role load cannot see it" in only(errors(text, "h100"), "TL420").message
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("Allocate Ks in shared (BN, D) : qkv ring stages", "Allocate Ks in shared (BN, D) : qkv ring 1000000000000", "ring Ks of 1000000000000 stages"),
+    ("Allocate k_ready in barrier (stages)", "Allocate k_ready in barrier (60000000)", "work budget"),
+])
+def test_a_huge_ring_or_barrier_row_is_refused_not_allocated(old: str, new: str, says: str) -> None:
+    """A mutated ring size once grew the interpreter's tile dictionary until the process was killed."""
+    with pytest.raises(TLRuntimeError, match=says):
+        run_and_compare(parse(edit(old, new)), SHAPE, params=SMALL, max_steps=20_000)

@@ -16,6 +16,7 @@ the same outputs; a wrong phase reads stale data or deadlocks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ import numpy as np
 
 from ..abi import INPUTS as INPUT_TENSORS
 from . import nodes as n
+from .limits import MAX_ELEMENTS
 from .printer import expr as show
 from .resources import stmt_reads
 from .tiles import Tile
@@ -178,7 +180,9 @@ class RoleSteps:
         count = 1 if s.count is None else self.ev_int(s.count, env, "an arrival count")
         if count < 1:
             self.fail(s.count, f"barrier {s.name} completes a phase after {count} arrivals", "count at least 1 arrival")
-        self.barriers[s.name] = ([Slot(count) for _ in range(shape[0] if shape else 1)], not shape)
+        slots = shape[0] if shape else 1
+        self.charge(s, slots)  # one step per barrier: a mutated row of 10**12 meets the budget, not the memory limit
+        self.barriers[s.name] = ([Slot(count) for _ in range(slots)], not shape)
 
     def allocate_async(self, s: n.Allocate, shape: tuple[int, ...], dtype: str, env: dict, local) -> None:
         """A ring (stages ``NAME[i]``) or a shared tile a TMA copy fills: NaN until written."""
@@ -189,6 +193,9 @@ class RoleSteps:
         stages = self.ev_int(s.ring, env, "a ring size")
         if stages < 1:
             self.fail(s.ring, f"ring {s.name} has {stages} stages", "a ring has at least 1 stage")
+        if stages * math.prod(shape) > MAX_ELEMENTS:
+            self.too_large(s.ring, f"ring {s.name} of {stages} stages of shape {shape}", stages * math.prod(shape))
+        self.charge(s, stages)  # one step per stage, as for a barrier row
         self.rings[s.name] = stages
         for i in range(stages):
             local[f"{s.name}[{i}]"] = Tile(np.full(shape, np.nan), s.level, dtype)
