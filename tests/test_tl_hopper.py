@@ -112,6 +112,16 @@ def test_a_read_before_its_wait() -> None:
     assert g.message == "Qs is read before its barrier q_ready is waited on"
 
 
+def test_a_wait_guards_the_slot_it_names_however_it_is_written() -> None:
+    """TL416 compares slots, not text: at stages = 2, k_ready[j % 2] is k_ready[j % stages]."""
+    wait = "Wait k_ready[j % stages] phase (j // stages) % 2"
+    assert not [str(e) for e in errors(edit(wait, "Wait k_ready[j % 2] phase (j // 2) % 2", count=2), "h100")]
+    wrong = errors(edit(wait, "Wait k_ready[(j + 1) % stages] phase (j // stages) % 2", count=2), "h100")
+    assert only(wrong, "TL416").message == "Ks[j % stages] is read before its barrier k_ready[j % stages] is waited on"
+    # Equal at the probe's first trip only (j = 0) is not the same slot.
+    assert only(errors(edit(wait, "Wait k_ready[0] phase (j // stages) % 2", count=2), "h100"), "TL416")
+
+
 def test_a_wait_in_an_earlier_loop_does_not_guard_a_read_in_a_later_one() -> None:
     second = SOURCE.index("    for j = min(")
     text = SOURCE[:second] + SOURCE[second:].replace("        Wait k_ready[j % stages] phase (j // stages) % 2\n", "", 1)
@@ -320,3 +330,14 @@ def test_a_huge_ring_or_barrier_row_is_refused_not_allocated(old: str, new: str,
     """A mutated ring size once grew the interpreter's tile dictionary until the process was killed."""
     with pytest.raises(TLRuntimeError, match=says):
         run_and_compare(parse(edit(old, new)), SHAPE, params=SMALL, max_steps=20_000)
+
+
+def test_a_repeated_wait_names_the_same_phase() -> None:
+    """A second Wait on a slot with nothing signalled in between returns at once: same phase, no finding."""
+    again = "        Wait k_ready[j % stages] phase (j // stages) % 2\n"
+    text = edit("        Wait v_ready[j % stages]", again + "        Wait v_ready[j % stages]", count=2)
+    assert not [str(e) for e in errors(text, "h100")]
+    assert run(text).passed
+    flipped = edit("        Wait v_ready[j % stages]", again.replace("(j // stages)", "(j // stages + 1)") + "        Wait v_ready[j % stages]")
+    f = only(errors(flipped, "h100"), "TL418")
+    assert "Wait number 1 on k_ready[0], which must wait for phase 0, but it waits for phase 1" in f.message

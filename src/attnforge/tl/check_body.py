@@ -217,7 +217,10 @@ class KernelCheck(GemmChecks, PackedViews, HopperChecks):
         dtype = self.resolve_dtype(s.dtype, s)
         if s.init is not None:
             self.value(s.init, env, "initial value", integer=False)
-        self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init, ring=self.ring_size(s, env))
+        ring = self.ring_size(s, env)
+        if s.ring is not None and ring is None:
+            return  # a ring without a valid stage count is refused (reported); its uses are passed over
+        self.names[s.name] = Info(s.level, shape or (), s.shape, dtype, s, init=s.init, ring=ring)
         if s.name in self.fills:  # filled by TMA copies from global, perhaps in a role checked later: row and column indices
             self.names[s.name].rows, self.names[s.name].cols = True, len(s.shape) > 1
         self.report.defs(self.k, s, s.name, self.names[s.name], loop)
@@ -478,6 +481,8 @@ class _Probe:
 
 def _defines(s: n.Stmt) -> str | None:
     """The tile a statement defines from scratch (None for one that changes a tile in place)."""
+    if isinstance(s, n.Allocate):
+        return s.name
     if isinstance(s, n.Copy):
         return s.dst if s.dst_level != "global" else None
     if isinstance(s, (n.Gemm, n.OnlineSoftmax, n.Normalize, n.LogSumExp)):

@@ -9,6 +9,7 @@ through its ``add`` and read names through its ``names``.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from ..errors import TLRuntimeError
@@ -20,6 +21,9 @@ from .printer import expr as show
 from .resources import stmt_reads, stmt_writes
 
 MBARRIER_MAX_COUNT = (1 << 20) - 1  # the PTX mbarrier's expected-arrival count field
+# Loop trips at which two slot indices are compared (TL416): two rounds of a 16-slot ring for one
+# loop; for nested loops, fewer per loop (their product is evaluated).
+SAMPLE_TRIPS, SAMPLE_TRIPS_NESTED = 33, 9
 
 if TYPE_CHECKING:
     from .check_body import KernelCheck
@@ -58,6 +62,8 @@ class HopperChecks:
         self.require_hopper(s, f"the barrier {s.name}")
         self.compile_time(s.shape, f"the barrier {s.name}'s slot count")
         shape = self.shape(s.shape, env, f"slot count of {s.name}")
+        if s.shape and shape is None:
+            return  # a row without a valid slot count is refused (reported); its uses are passed over
         if len(s.shape) > 1:
             self.add("TL415", s, f"barrier {s.name} has {len(s.shape)} dimensions", f"allocate one barrier or a row of them: Allocate {s.name} in barrier (stages)")
         if s.count is not None:
@@ -118,6 +124,9 @@ class HopperChecks:
     def barrier_ok(self: KernelCheck, ref: n.BarrierRef, node: n.Node, env: dict) -> bool:
         """TL415: a barrier exists, and is named with a slot exactly when it is a row of them."""
         info = self.names.get(ref.name)
+        if info is None and ref.name in self.refused:
+            self.silenced += 1
+            return False
         if info is None or info.level != n.BARRIER:
             where = "is not defined" if info is None else f"is a {info.level} tile"
             self.add("TL415", ref, f"{ref.name} {where}, not a barrier", f"Allocate {ref.name} in barrier")
@@ -129,18 +138,35 @@ class HopperChecks:
             return False
         return ref.index is None or self.index_ok(ref.name, ref.index, size, env, "TL415")
 
-    def check_read(self: KernelCheck, name: str, index: n.Expr | None, node: n.Node) -> None:
+    def same_index(self: KernelCheck, a: n.Expr | None, b: n.Expr | None, env: dict) -> bool:
+        """Whether two slot indices name the same slot wherever they are evaluated here: written
+        alike, or equal at the probe's values for every trip of the enclosing loops sampled (so
+        ``k_ready[j % 2]`` guards ``Ks[j % stages]`` at stages = 2, and ``(j + 1) % 2`` does not)."""
+        if a is None or b is None or a == b:
+            return a == b
+        loop_vars = [lp.var for lp, _, _ in self.loops][-3:]  # the innermost three: a role nests one or two
+        samples = range(SAMPLE_TRIPS) if len(loop_vars) <= 1 else range(SAMPLE_TRIPS_NESTED)
+        for values in itertools.product(samples, repeat=len(loop_vars)):
+            point = {**env, **dict(zip(loop_vars, values))}
+            try:
+                if evaluate(a, point) != evaluate(b, point):
+                    return False
+            except TLRuntimeError:  # an index that does not evaluate is reported where it stands
+                return False
+        return True
+
+    def check_read(self: KernelCheck, name: str, index: n.Expr | None, node: n.Node, env: dict) -> None:
         """TL416: a tile that TMA fills is read only after a Wait on the barrier its copy signals,
-        earlier in this block or an enclosing one, with the same index expression."""
+        earlier in this block or an enclosing one, for the same slot (``same_index``)."""
         copies = self.fills.get(name)
         if not copies:
             return
         expected = []
         for c in copies:
             # A copy into X[d] that signals B[d] guards stage e of the read with B[e].
-            bar = index if index is not None and c.signal.index is not None and c.signal.index == c.dst_index else c.signal.index
+            bar = index if index is not None and c.signal.index is not None and self.same_index(c.signal.index, c.dst_index, env) else c.signal.index
             expected.append((c.signal.name, bar))
-        if any(e in scope for scope in self.waited for e in expected):
+        if any(w == e[0] and self.same_index(i, e[1], env) for scope in self.waited for w, i in scope for e in expected):
             return
         name_text, (bar, bar_index) = stage_text(name, index), expected[0]
         self.add("TL416", node, f"{name_text} is read before its barrier {stage_text(bar, bar_index)} is waited on",
@@ -157,7 +183,7 @@ class HopperChecks:
                 ok = False
             ok = self.barrier_ok(s.signal, s, env) and ok
         if s.src_level == "shared":
-            self.check_read(s.src, s.src_index, s)
+            self.check_read(s.src, s.src_index, s, env)
         return ok
 
     def gemm_refs_ok(self: KernelCheck, s: n.Gemm, env: dict) -> bool:
@@ -165,12 +191,13 @@ class HopperChecks:
             self.require_hopper(s, "an async GEMM")
         ok = self.stage_ok(s.a, s.a_index, s, env) and self.stage_ok(s.b, s.b_index, s, env)
         for name, index in ((s.a, s.a_index), (s.b, s.b_index)):
-            self.check_read(name, index, s)
+            self.check_read(name, index, s, env)
         return ok
 
     def c_Wait(self: KernelCheck, s: n.Wait, env: dict, loop) -> None:
         self.require_hopper(s, "a Wait")
-        self.barrier_ok(s.barrier, s, env)
+        if not self.barrier_ok(s.barrier, s, env):
+            return  # its phase is checked once the barrier is right
         phase = self.value(s.phase, env, "phase")
         if isinstance(phase, int) and phase not in (0, 1):
             self.add("TL418", s.phase, f"phase {show(s.phase)} is {phase}, not a parity", "a phase is 0 or 1: write (j // R) % 2")

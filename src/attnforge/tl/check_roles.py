@@ -182,12 +182,17 @@ def barrier_kinds(kernel: n.Kernel) -> dict[str, str]:
 
 def check_phases(kc: KernelCheck, role: str, body: tuple[n.Stmt, ...], env: dict) -> None:
     """TL418: the n-th Wait on a slot of a barrier that copies signal waits for phase n % 2; on a
-    slot that Arrive releases, (n + 1) % 2 (it starts free). Loops are unrolled at the probe's
-    values (at most LOOP_CAP trips each); the first mismatch of each Wait is reported."""
+    slot that Arrive releases, (n + 1) % 2 (it starts free). A Wait on a slot the role has not
+    signalled anything since its last Wait there is a repeat of that Wait, not the next one: the
+    other side cannot complete the slot's next phase until this role releases something, so the
+    repeat returns at once and must name the same phase. Loops are unrolled at the probe's values
+    (at most LOOP_CAP trips each); the first mismatch of each Wait is reported."""
     kinds = barrier_kinds(kc.k)
     if not kinds:
         return
-    counts: dict[tuple[str, int], int] = {}
+    counts: dict[tuple[str, int], int] = {}  # Waits on each slot so far, repeats not counted
+    signals_at: dict[tuple[str, int], int] = {}  # the role's signals before its last Wait on each slot
+    signals = [0]  # Arrives and signalling copies the role has issued so far
     reported: set[int] = set()
     left = [WAIT_CAP]
 
@@ -203,14 +208,18 @@ def check_phases(kc: KernelCheck, role: str, body: tuple[n.Stmt, ...], env: dict
                         if left[0] <= 0:
                             return
                         run(s.body, {**env, s.var: i}, at + (f"{s.var} = {i}",))
+            elif isinstance(s, n.Arrive) or (isinstance(s, n.Copy) and s.signal is not None):
+                signals[0] += 1
             elif isinstance(s, n.Wait) and s.barrier.name in kinds:
                 slot = 0 if s.barrier.index is None else _quiet(s.barrier.index, env)
                 phase = _quiet(s.phase, env)
                 if not isinstance(slot, int) or not isinstance(phase, int):
                     continue
                 left[0] -= 1
-                k = counts.get((s.barrier.name, slot), 0)
-                counts[(s.barrier.name, slot)] = k + 1
+                key = (s.barrier.name, slot)
+                repeat = signals_at.get(key) == signals[0]
+                k = counts.get(key, 0) - repeat
+                counts[key], signals_at[key] = k + 1, signals[0]
                 copy = kinds[s.barrier.name] == "copy"
                 want = k % 2 if copy else (k + 1) % 2
                 if phase != want and id(s) not in reported:
