@@ -3,7 +3,8 @@ with each TL line above its code, and compiles for sm_90a with wgmma, TMA bulk c
 waits and per-role register budgets in the PTX, within the H200's shared memory and without
 spills; what it cannot build is refused with the reason; the synchronisation bugs the issue names
 (a dropped wait, a wrong phase, a wrong stage index) are stopped before any kernel is written.
-Native verification runs on a Hopper GPU (bench/gluon_grid_gpu.sh)."""
+Native verification runs on a Hopper GPU (bench/gluon_grid_gpu.sh). The sm_100 mapping (tcgen05
+into tensor memory) is checked the same way for sm_100a: compiled, never run (no Blackwell GPU)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def test_registered_and_refusing_what_it_cannot_build():
     assert "gluon" in names() and gluon.tl_form == "hopper"
     assert choose_backend("gluon", AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200) is gluon
     for spec, target, words in [
-        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "a100", "Hopper"),
-        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "b200", "Hopper"),
+        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "a100", "sm_90 \\(wgmma\\) and sm_100"),
+        (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "rtx4090", "sm_90 \\(wgmma\\) and sm_100"),
         (AttentionSpec(heads=4, head_dim=128, dtype="fp32"), "h200", "fp16, bf16"),
         (AttentionSpec(heads=4, head_dim=96, dtype="bf16"), "h200", "powers of two"),
         (AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), "h200", "decode"),
@@ -128,7 +129,7 @@ def test_generate_on_a_cpu_machine_compiles_and_says_it_is_not_verified(tmp_path
     assert result.ok and result.backend.name == "gluon" and result.plan.params["pingpong"] == 1
     assert (tmp_path / "out" / "kernel_gluon.py").is_file() and list((tmp_path / "out" / "build").glob("*.cubin"))
     if not torch.cuda.is_available():
-        with pytest.raises(AttnforgeError, match="natively on a Hopper GPU only"):
+        with pytest.raises(AttnforgeError, match="natively only, on the GPU family they are written for"):
             gluon.load(tmp_path / "out" / "kernel_gluon.py")
 
 
@@ -140,21 +141,29 @@ def test_a_decode_spec_is_refused_by_the_hopper_planner():
 
 
 def test_gluon_mutants_apply_and_still_compile(tmp_path):
-    """Each planted synchronisation bug changes the generated kernel and still compiles for sm_90a:
-    the compiler does not catch it, so the GPU check's verification must (gluon.gpucheck)."""
+    """Each planted synchronisation bug changes the generated kernel and still compiles for its
+    target (sm_90a, sm_100a): the compiler does not catch it, so the GPU check's verification must
+    (gluon.gpucheck; the sm_100 ones on a Blackwell GPU)."""
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
     from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
 
-    spec, target = SPECS["hopper"]
-    _, source, _ = _compiled(spec, tmp_path)
+    sources = {}
+    for key in sorted({m.spec for m in GLUON_MUTANTS}):
+        spec, target = SPECS[key]
+        result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
+        assert result.ok, result.error
+        sources[key] = (tmp_path / key / gluon.source_file).read_text()
+    assert set(sources) == {"hopper", "blackwell"}
     for m in GLUON_MUTANTS:
+        source = sources[m.spec]
         text = m.apply(source)
         assert text != source
         path = tmp_path / f"{m.name}.py"
         path.write_text(text)
-        report = compile_for_target(_import(path), get_target(target))
-        assert "wgmma" in report.instructions, m.name
+        target = get_target(SPECS[m.spec][1])
+        report = compile_for_target(_import(path), target)
+        assert ("tcgen05" if target.cc[0] == 10 else "wgmma") in report.instructions, m.name
 
 
 @pytest.mark.parametrize("switches", [{}, {"overlap": 1}, {"pingpong": 1}, {"pingpong": 1, "overlap": 1}],
@@ -244,3 +253,55 @@ def test_both_scale_specialisations_compile(tmp_path):
     for positive in (True, False):
         report = compile_for_target(_import(path), H200, scale_positive=positive)
         assert report.spill_bytes == 0 and "wgmma" in report.instructions
+
+
+# ---------------------------------------------------------------------- sm_100: tcgen05 into tensor memory
+
+B200 = get_target("b200")
+
+
+@pytest.mark.parametrize("spec", [
+    AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=300, seqlen_k=300),
+    AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=333, seqlen_k=1000),
+    AttentionSpec(heads=2, head_dim=256, dtype="bf16", causal=True, causal_align="top_left", seqlen_q=200, seqlen_k=500),
+    AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", window_left=100, window_right=0, softcap=20.0, alibi_slopes="auto",
+                  score_mod="score - 0.01 * abs(q_idx - kv_idx)", mask_mod="(q_idx + kv_idx) % 3 != 0", seqlen_q=300, seqlen_k=400),
+], ids=["gqa-d128-causal", "mha-d64-full", "d256-topleft", "features"])
+def test_the_same_tl_compiles_for_sm100a_with_tcgen05(spec, tmp_path):
+    result = generate(spec, B200, tmp_path / "out", backend="gluon", run_verification=False)
+    assert result.ok, result.error
+    assert not {"pingpong", "overlap"} & set(result.plan.params)  # wgmma schedules: off on sm_100
+    source = (tmp_path / "out" / gluon.source_file).read_text()
+    (report,) = result.compile_reports
+    assert report.ptx_target == "sm_100a" and report.spill_bytes == 0 and report.shared_bytes <= B200.smem_per_block_optin
+    assert "tcgen05" in report.instructions and "wgmma" not in report.instructions
+    ptx = next((tmp_path / "out" / "build").glob("*.ptx")).read_text()
+    for pattern in (r"tcgen05\.mma", r"tcgen05\.ld", r"tcgen05\.st", r"tcgen05\.commit", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg"):
+        assert re.search(pattern, ptx), pattern
+    for needle in ("# TL: Compute GEMM Qs, Ks[", "tcgen05_mma(q_t, k_t, s_tmem", "# TL: Wait GEMM S", "# TL: Reshape P from mma_c to mma_a",
+                   "p_tmem.store(", "tcgen05_mma(p_tmem, v_t, o_tmem", "# TL: Arrive kv_free[", "ARCH = 'sm_100'"):
+        assert needle in source, needle
+
+
+def test_the_wgmma_schedules_are_refused_on_sm100():
+    spec = AttentionSpec(heads=2, head_dim=64, dtype="bf16", seqlen_q=256, seqlen_k=256)
+    for params in (dict(BM=128, BN=64, warps=8, stages=2, pingpong=1), dict(BM=128, BN=64, warps=4, stages=2, overlap=1),
+                   dict(BM=64, BN=64, warps=4, stages=2), dict(BM=128, BN=64, warps=12, stages=2)):
+        program = parse(hopper_source(spec, B200, params), file="kernel.tl")
+        with pytest.raises(AttnforgeError, match="on sm_100") as info:
+            gluon.translate(program, head_dim=64, head_dim_v=64, file="kernel.tl")
+        assert info.value.where.line >= 1
+
+
+def test_a_kernel_compiles_only_for_the_family_it_is_written_for(tmp_path):
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=2, head_dim=64, dtype="bf16", seqlen_q=256, seqlen_k=256)
+    for planned, other in ((H200, B200), (B200, H200)):
+        program = next(hopper_plans(spec, planned)).program
+        path = tmp_path / planned.name / "k.py"
+        path.parent.mkdir()
+        path.write_text(gluon.translate(program, head_dim=64, head_dim_v=64).source)
+        with pytest.raises(AttnforgeError, match=f"written for {planned.sm}"):
+            compile_for_target(_import(path), other)

@@ -1,4 +1,4 @@
-"""The built-in planner's Hopper form (sm_90): the same attention as ``builtin``'s prefill program,
+"""The built-in planner's Hopper form (sm_90, and sm_100 without the schedules): the same attention as ``builtin``'s prefill program,
 written for a warp-specialised kernel. A load role streams K and V by TMA into a ring of ``stages``
 shared-memory slots, each slot guarded by a "ready" barrier per tensor (the copy landed) and one
 "free" barrier (the compute warpgroups are done with it); the compute role issues asynchronous GEMMs
@@ -8,7 +8,8 @@ Two schedule parameters say how the compute role's time overlaps (the interprete
 the Gluon translator honours them): ``pingpong = 1`` splits the compute warps into two warpgroups
 that own half of the BM rows each and take turns issuing their GEMMs, so one warpgroup's softmax
 runs while the other's GEMMs hold the tensor cores; ``overlap = 1`` issues the next tile's QK^T GEMM
-before the softmax of the current one (FlashAttention-3's intra-warpgroup overlap).
+before the softmax of the current one (FlashAttention-3's intra-warpgroup overlap). On sm_100 both
+stay off: the gluon backend maps the same statements to tcgen05 MMAs into tensor memory.
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ _FIRST = {
 }
 
 
+# sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
+# loop as written (the wgmma schedules are not mapped to tcgen05). S and a 16-bit P live in tensor
+# memory; 4 warps hold a 128-column S tile plus O's rescale without spilling up to D = 64 (255
+# registers), 8 warps above (168; with 4 warps D = 128 spills 576 bytes).
+_FIRST_SM100 = {
+    64: dict(BM=128, BN=128, warps=4, stages=3),
+    128: dict(BM=128, BN=128, warps=8, stages=3),
+    256: dict(BM=128, BN=64, warps=8, stages=2),
+}
+
+
 HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap"})
 
 
@@ -36,9 +48,14 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     """Parameters for the Hopper form, best first; fallbacks take ring slots away, then narrow BN."""
     d = max(spec.head_dim, spec.head_dim_v)
     key = next(k for k in sorted(_FIRST) if d <= k) if d <= 256 else 256
-    first = dict(_FIRST[key])
-    out = [Candidate(first, f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
-                            + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else ""))]
+    if target.cc[0] == 10:
+        first = dict(_FIRST_SM100[key])
+        why = f"Hopper form for head dim {d} on {target.sm}: tcgen05 MMAs into tensor memory, a {first['stages']}-slot K/V ring"
+    else:
+        first = dict(_FIRST[key])
+        why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
+               + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else ""))
+    out = [Candidate(first, why)]
     p = dict(first)
     while p["stages"] > 2 or p["BN"] > 64:
         if p["stages"] > 2:

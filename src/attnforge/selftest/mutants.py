@@ -25,11 +25,13 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
     # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
+    # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
+    "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
 }
 # The backend a spec's base kernel is generated with, where it is not auto's choice (the Hopper form
 # is the gluon backend's). Gluon kernels run natively only: without a Hopper GPU (and always with
 # --quick) their mutants are judged by the gate's steps before verification, as is their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "blackwell": "gluon"}
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,19 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"^\s*mbarrier\.wait\(turn\.index\(WG\), turns & 1\)[^\n]*\n", "",
            "the two warpgroups issue their GEMMs without taking turns", every=True,
            equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
+    # sm_100 (tcgen05 into tensor memory): run by gpucheck on a Blackwell GPU only
+    Mutant("tcgen05_s_wait_dropped", "blackwell", "kernel",
+           r"(tcgen05_mma\(q_t, k_t, s_tmem, [^\n]*\n\s*# TL: Wait GEMM S\n)\s*mbarrier\.wait\(mma_bar, mma_phase\)\n\s*mma_phase \^= 1\n", r"\1",
+           "S is loaded from tensor memory without waiting for the QK^T MMA that writes it"),
+    Mutant("tcgen05_pv_overwrites_o", "blackwell", "kernel",
+           r"tcgen05_mma\(p_tmem, v_t, o_tmem, use_acc=True", "tcgen05_mma(p_tmem, v_t, o_tmem, use_acc=False",
+           "the PV MMA overwrites O in tensor memory instead of accumulating into it"),
+    Mutant("tcgen05_rescale_dropped", "blackwell", "kernel",
+           r"^\s*o_tmem\.store\(o_tmem\.load\(o_layout\) \* [^\n]*\n", "",
+           "O in tensor memory is not rescaled when the running max grows"),
+    Mutant("tcgen05_v_wrong_stage", "blackwell", "kernel",
+           r"v_t = Vs\.index\(\(j % stages\)\)", "v_t = Vs.index(((j + 1) % stages))",
+           "the PV MMA reads the next ring slot's V tile instead of tile j's"),
 )
 
 

@@ -58,10 +58,15 @@ class Outcome:
 
 def _native_only(key: str, interpret: bool | None) -> bool:
     """Whether the spec's kernels cannot be verified here: a backend without an interpreter (gluon)
-    with --quick or without a GPU. Its mutants and control then stop before verification."""
+    with --quick, without a GPU, or with a GPU of another family than the spec's target (a tcgen05
+    kernel does not run on Hopper). Its mutants and control then stop before verification."""
     import torch
 
-    return key in SPEC_BACKENDS and (interpret is True or not torch.cuda.is_available())
+    if key not in SPEC_BACKENDS:
+        return False
+    if interpret is True or not torch.cuda.is_available():
+        return True
+    return torch.cuda.get_device_capability()[0] != get_target(SPECS[key][1]).cc[0]
 
 
 def _base(root: Path, key: str, interpret: bool | None) -> Path:

@@ -1,11 +1,12 @@
-"""The Gluon backend (Hopper): TL in the Hopper form -> one Gluon module whose kernel streams K/V by
-TMA into an mbarrier-guarded shared-memory ring from a load warp, while compute warpgroups issue
-asynchronous wgmma GEMMs (in ping-pong, with the softmax under the next GEMM when the TL's schedule
-parameters say so). Compiled for sm_90a without a GPU; run natively on Hopper.
+"""The Gluon backend (Hopper, Blackwell): TL in the Hopper form -> one Gluon module whose kernel
+streams K/V by TMA into an mbarrier-guarded shared-memory ring from a load warp, while compute
+warpgroups issue asynchronous wgmma GEMMs (in ping-pong, with the softmax under the next GEMM when
+the TL's schedule parameters say so); on sm_100 the same statements become tcgen05 MMAs into
+tensor memory (``tcgen05``). Compiled for sm_90a / sm_100a without a GPU; run natively.
 
 Modules: ``shape`` (the Hopper-form kernel taken apart), ``emit`` (the module source: kernel frame,
 load role, launch), ``compute`` (the compute role: scores, the scheduled tile loop, the epilogue),
-``writer`` (what they share), ``compile``
+``tcgen05`` (the compute role for sm_100), ``writer`` (what they share), ``compile``
 (ahead-of-time compile and report), ``kernel`` (load and call), ``runtime`` (TMA descriptors), ``gpucheck`` (the GPU check: mutants, A/B timing).
 """
 
@@ -36,18 +37,20 @@ class GluonBackend(Backend):
     def capabilities(self) -> Capabilities:
         return Capabilities(
             language="Gluon (triton.experimental.gluon 3.6): TMA, mbarrier, wgmma, warp specialisation",
-            targets="sm_90 (H100, H200, GH200)",
+            targets="sm_90 (H100, H200, GH200); sm_100 (B200, GB200: tcgen05 into tensor memory, compiled on the CPU, never run yet)",
             dtypes=DTYPES,
             features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
                       "head dims 16..256 in powers of two (verified on the H200: 64, 128, 256)", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
             notes=("no CPU interpreter: kernels are verified natively on a Hopper GPU; elsewhere generate with --no-verify",
                    "decode (split-KV, packed GQA) is not translated yet: --backend triton",
-                   "sm_100 (tcgen05) is not mapped yet: --backend triton"),
+                   "sm_100: the same TL statements become tcgen05 MMAs into tensor memory, P in tensor memory over S; pingpong and "
+                   "overlap are not mapped to it; compiled for sm_100a on the CPU, not yet run or timed on a Blackwell GPU"),
         )
 
     def unsupported(self, spec: AttentionSpec, target: Target) -> str | None:
-        if target.cc[0] != 9:
-            return f"{target.name} ({target.sm}): the gluon backend writes Hopper kernels (wgmma, sm_90); use --backend triton"
+        if target.cc[0] not in (9, 10):
+            return (f"{target.name} ({target.sm}): the gluon backend writes kernels for sm_90 (wgmma) and sm_100 (tcgen05, compile-checked "
+                    "only); use --backend triton")
         if spec.dtype not in DTYPES:
             return f"dtype {spec.dtype} (wgmma kernels here take {', '.join(DTYPES)})"
         from ...plan.builtin import packs_gqa

@@ -15,9 +15,14 @@ from ...compile_report import FIT_HINT, CompileReport, keep, report_for, shared_
 from ...errors import CompileError, DoesNotFitError, TargetError
 from ...targets import Target
 
-# What a Hopper-form kernel's PTX must contain: without them it is not the kernel the TL describes.
-REQUIRED_PTX = {"wgmma": r"\bwgmma\.mma_async\b", "tma": r"\bcp\.async\.bulk\.tensor\b", "mbarrier": r"\bmbarrier\.try_wait\b",
-                "setmaxnreg": r"\bsetmaxnreg\b"}
+# What a Hopper-form kernel's PTX must contain, per the GPU family it is written for (the module's
+# ARCH): without them it is not the kernel the TL describes.
+_COMMON_PTX = {"tma": r"\bcp\.async\.bulk\.tensor\b", "mbarrier": r"\bmbarrier\.try_wait\b", "setmaxnreg": r"\bsetmaxnreg\b"}
+REQUIRED_PTX = {
+    "sm_90": {"wgmma": r"\bwgmma\.mma_async\b", **_COMMON_PTX},
+    "sm_100": {"tcgen05.mma": r"\btcgen05\.mma\b", "tcgen05.ld": r"\btcgen05\.ld\b", "tcgen05.commit": r"\btcgen05\.commit\b", **_COMMON_PTX},
+}
+ARCH_MAJOR = {"sm_90": 9, "sm_100": 10}
 
 
 def _signature(module: ModuleType, target_dtype: Any, scale_positive: bool) -> tuple[dict[str, str], dict[str, Any]]:
@@ -56,6 +61,10 @@ def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.errors import OutOfResources
 
+    arch = getattr(module, "ARCH", "sm_90")
+    if target.cc[0] != ARCH_MAJOR[arch]:
+        raise TargetError(f"{module.KERNEL} is written for {arch} (its TL says target {arch}); {target.name} is {target.sm}",
+                          where=f"compile {module.KERNEL} for {target.name}", hint=f"plan for {target.name}: attnforge generate --target {target.name} --backend gluon")
     fn = getattr(module, module.KERNEL)
     sig, const = _signature(module, module.TENSOR_DTYPES["q"], scale_positive)
     attrs = {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(sig.items()) if ty.startswith("*")}
@@ -74,9 +83,9 @@ def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None
                            hint="the full compiler message is in the exception's __cause__; report a translator bug if the TL is valid") from e
     seconds = time.perf_counter() - start
     ptx: str = kernel.asm["ptx"]
-    missing = [tag for tag, pat in REQUIRED_PTX.items() if not re.search(pat, ptx)]
+    missing = [tag for tag, pat in REQUIRED_PTX[arch].items() if not re.search(pat, ptx)]
     if missing:
-        raise TargetError(f"the compiled {module.KERNEL} has no {', '.join(missing)} instructions: it is not the Hopper kernel its TL describes",
+        raise TargetError(f"the compiled {module.KERNEL} has no {', '.join(missing)} instructions: it is not the {arch} kernel its TL describes",
                           where=f"compile {module.KERNEL} for {target.name}", hint="report a translator bug with the TL")
     name: str = kernel.metadata.name
     if keep_dir is not None:

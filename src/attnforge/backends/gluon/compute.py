@@ -127,6 +127,28 @@ def _softmax_call(at: str, rt: str) -> str:
     return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE)"
 
 
+def row_state(m: Writer) -> None:
+    """The compute role's register tiles: the running max and sum of each row (O_acc is the caller's)."""
+    for s in m.hk.state:
+        m.tl(s, 1)
+    m.emit("m_i = gl.full([HM], -float('inf'), gl.float32, gl.SliceLayout(1, s_layout))", 1)
+    m.emit("l_i = gl.zeros([HM], gl.float32, gl.SliceLayout(1, s_layout))", 1)
+
+
+def tile_bounds(m: Writer) -> None:
+    """The wait for Q, and the tile loops' range: ``lo`` to ``hi``, masked from ``split`` on (the
+    TL's two loops, unmasked then masked, become one)."""
+    hk = m.hk
+    m.tl(hk.q_wait, 1)
+    m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
+    for loop in hk.loops:
+        m.tl(loop.loop, 1)
+    m.emit(f"lo = {m.dev(hk.loops[0].loop.start)}", 1)
+    m.emit(f"hi = {m.dev(hk.loops[-1].loop.stop)}", 1)
+    split = hk.loops[0].loop.stop if len(hk.loops) == 2 else None
+    m.emit(f"split = {m.dev(split) if split is not None else 'lo'}  # tiles from here on are masked", 1)
+
+
 def compute_fn(m: Writer) -> None:
     hk, t = m.hk, m.hk.loops[-1]
     j = t.loop.var
@@ -144,22 +166,11 @@ def compute_fn(m: Writer) -> None:
     q_name = hk.loops[0].qk.a
     m.emit(f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
     m.emit("rows = m * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))", 1)
-    for s in hk.state:
-        m.tl(s, 1)
-    m.emit("m_i = gl.full([HM], -float('inf'), gl.float32, gl.SliceLayout(1, s_layout))", 1)
-    m.emit("l_i = gl.zeros([HM], gl.float32, gl.SliceLayout(1, s_layout))", 1)
+    row_state(m)
     m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
     m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
     m.emit("turns = 0", 1)
-    m.tl(hk.q_wait, 1)
-    m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
-    lo, hi = hk.loops[0].loop.start, t.loop.stop
-    for loop in hk.loops:
-        m.tl(loop.loop, 1)
-    m.emit(f"lo = {m.dev(lo)}", 1)
-    m.emit(f"hi = {m.dev(hi)}", 1)
-    split = hk.loops[0].loop.stop if len(hk.loops) == 2 else None
-    m.emit(f"split = {m.dev(split) if split is not None else 'lo'}  # tiles from here on are masked", 1)
+    tile_bounds(m)
     if hk.overlap:
         m.emit("if lo < hi:  # the first tile's scores, before the loop", 1)
         _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)

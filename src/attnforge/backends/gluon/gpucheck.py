@@ -1,9 +1,10 @@
-"""GPU check of the Gluon backend (run on a Hopper machine from the repository root):
+"""GPU check of the Gluon backend (run on a Hopper or Blackwell machine from the repository root):
 
     PYTHONPATH=src:.gpu_deps python3 -m attnforge.backends.gluon.gpucheck --out $OUT [--phase mutants,ab]
 
 mutants: the Gluon mutants of selftest/mutants.py (a dropped barrier wait, a wrong phase, a wrong
-stage index), each planted in its spec's generated kernel and verified natively in a process of
+stage index; on sm_100 a dropped MMA wait, an accumulator overwritten, a rescale dropped) whose
+kernels are written for this GPU's family (the others are listed as skipped), each planted in its spec's generated kernel and verified natively in a process of
 its own with a deadline: a mutant that hangs the GPU (a barrier wait that never completes) is
 killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control;
 an equivalent mutant (its ``equivalent`` says why) must pass, as the control does.
@@ -28,15 +29,15 @@ AB_VARIANTS = (
 AB_ROWS = (("bf16", 128, False), ("bf16", 128, True), ("bf16", 64, False))
 
 
-def _build(spec, out: Path, tag: str) -> tuple[Path, dict]:
-    """The first plan's kernel that compiles for h200 without spills: (module path, params)."""
+def _build(spec, out: Path, tag: str, target_name: str = "h200") -> tuple[Path, dict]:
+    """The first plan's kernel that compiles for the target without spills: (module path, params)."""
     from ...compile_report import check_fits
     from ...errors import DoesNotFitError
     from ...plan.hopper import hopper_plans
     from ...targets import get_target
     from . import GluonBackend
 
-    be, target = GluonBackend(), get_target("h200")
+    be, target = GluonBackend(), get_target(target_name)
     for i, p in enumerate(hopper_plans(spec, target)):
         tr = be.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
         path = out / "src" / f"{tag}-{i}.py"
@@ -48,7 +49,7 @@ def _build(spec, out: Path, tag: str) -> tuple[Path, dict]:
         except DoesNotFitError:
             continue
         return path, p.params
-    raise RuntimeError("no plan fits h200")
+    raise RuntimeError(f"no plan fits {target_name}")
 
 
 def _verify_one(module: Path, spec_key: str, params: dict) -> None:
@@ -66,17 +67,28 @@ def _verify_one(module: Path, spec_key: str, params: dict) -> None:
 
 
 def phase_mutants(out: Path) -> list[dict]:
+    import torch
+
     from ...selftest.mutants import GLUON_MUTANTS, SPECS
+    from ...targets import get_target
 
     rows = []
     bases: dict[str, Path] = {}
     params: dict[str, dict] = {}
-    for m in GLUON_MUTANTS:
+    here = torch.cuda.get_device_capability()[0]
+    mutants = []
+    for m in GLUON_MUTANTS:  # a mutant runs on its spec's GPU family only (a tcgen05 kernel needs sm_100)
+        target = get_target(SPECS[m.spec][1])
+        if target.cc[0] != here:
+            rows.append(dict(name=m.name, skipped=f"needs {target.sm}"))
+            print(f"{m.name:32s} skipped: its kernel is written for {target.sm}, this GPU is sm_{here}x", flush=True)
+            continue
+        mutants.append(m)
         if m.spec not in bases:
-            bases[m.spec], params[m.spec] = _build(SPECS[m.spec][0], out, f"base-{m.spec}")
+            bases[m.spec], params[m.spec] = _build(SPECS[m.spec][0], out, f"base-{m.spec}", target.name)
     jobs = [("control-" + key, key, path) for key, path in bases.items()]
-    equivalent = {m.name for m in GLUON_MUTANTS if m.equivalent}
-    for m in GLUON_MUTANTS:
+    equivalent = {m.name for m in mutants if m.equivalent}
+    for m in mutants:
         path = out / "src" / f"mutant-{m.name}.py"
         path.write_text(m.apply(bases[m.spec].read_text()))
         jobs.append((m.name, m.spec, path))

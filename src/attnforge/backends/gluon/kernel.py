@@ -1,5 +1,6 @@
 """A generated Gluon module on disk, loaded and called like a Triton one (``GeneratedKernel``'s
-argument checks, outputs and calling convention), natively only: Gluon has no CPU interpreter."""
+argument checks, outputs and calling convention), natively only, on the GPU family it is written
+for: Gluon has no CPU interpreter, and a tcgen05 kernel does not compile for a Hopper GPU."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from pathlib import Path
 
 from ...errors import AttnforgeError
 from ..triton.kernel import GeneratedKernel, gpu_available
+from .compile import ARCH_MAJOR
 
-NO_INTERPRETER = ("Gluon kernels run natively on a Hopper GPU only: Triton has no CPU interpreter for Gluon. "
-                  "On a machine without one, generate with --no-verify (compiled and reported for the target), "
+NO_INTERPRETER = ("Gluon kernels run natively only, on the GPU family they are written for (sm_90 or sm_100): Triton has no CPU "
+                  "interpreter for Gluon. On a machine without one, generate with --no-verify (compiled and reported for the target), "
                   "or use --backend triton")
 
 
@@ -18,3 +20,10 @@ class GluonKernel(GeneratedKernel):
         if interpret or (interpret is None and not gpu_available()):
             raise AttnforgeError("cannot run a Gluon kernel here", where=str(path), hint=NO_INTERPRETER)
         super().__init__(path, interpret=False)
+        import torch
+
+        arch = getattr(self.module, "ARCH", "sm_90")
+        major = torch.cuda.get_device_capability()[0]
+        if major != ARCH_MAJOR[arch]:
+            raise AttnforgeError(f"this Gluon kernel is written for {arch}; the local GPU, {torch.cuda.get_device_name()}, is sm_{major}x",
+                                 where=str(path), hint=NO_INTERPRETER)

@@ -73,6 +73,13 @@ class HopperKernel:
     def overlap(self) -> bool:
         return bool(self.params.get("overlap", 0))
 
+    @property
+    def blackwell(self) -> bool:
+        """The TL names an sm_100 target: its GEMMs become tcgen05 MMAs into tensor memory (``tcgen05``)."""
+        from ...targets import get_target
+
+        return self.kernel.target is not None and get_target(self.kernel.target).cc[0] == 10
+
 
 def _fail(node: n.Node, message: str, file: str | None, hint: str = FORM_HINT) -> NoReturn:
     raise TranslateError(message, where=Position(node.line, node.col, file), hint=hint)
@@ -206,7 +213,9 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
     nwg = 2 if hk.pingpong else 1
     warps = _count(n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start), hk.params)
     bm = hk.params.get("BM", 0)
-    if warps % (4 * nwg) or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
+    if hk.blackwell:
+        _check_tcgen05(hk, warps, bm, file)
+    elif warps % (4 * nwg) or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
         _fail(hk.compute, f"{warps} compute warps and BM = {bm}{' in ping-pong' if nwg == 2 else ''}: each warpgroup set issuing wgmma needs whole "
               "warpgroups and 16 rows per warp (BM = 128 with 8 warps)", file)
     if hk.overlap and hk.params.get("stages", 1) < 2:
@@ -222,6 +231,19 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         if copy.src != src or view is None or view.tensor != tensor or tuple(copy.coord or ()) != coord:
             _fail(copy, f"the store of {tensor} must copy {src} at [{', '.join('m' if isinstance(c, n.Name) else '0' for c in coord)}] "
                   f"to the view of {tensor}", file)
+
+
+def _check_tcgen05(hk: HopperKernel, warps: int, bm: int, file: str | None) -> None:
+    """sm_100: one CTA's tcgen05 MMA covers the 128 TMEM lanes (BM = 128); the warps that load
+    S and O from tensor memory are whole warpgroups, 4 or 8 of them; the wgmma schedules do not apply."""
+    if bm != 128 or warps not in (4, 8):
+        _fail(hk.compute, f"{warps} compute warps and BM = {bm}: on sm_100 the tcgen05 kernel takes BM = 128 (the tensor memory's 128 lanes) "
+              "and 4 or 8 compute warps (whole warpgroups reading it)", file)
+    for name in ("pingpong", "overlap"):
+        if hk.params.get(name, 0):
+            _fail(hk.kernel, f"{name} = {hk.params[name]}: on sm_100 the gluon backend runs the tile loop as written (the wgmma "
+                  "schedules pingpong and overlap are not mapped to tcgen05 yet)", file,
+                  hint="set pingpong = 0 and overlap = 0 (the built-in planner does for sm_100 targets)")
 
 
 def _count(e: n.Expr, params: dict[str, int]) -> int:
