@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from attnforge.backends import get_backend
 from attnforge.llm import LLMError, prompts
 from attnforge.llm.facts import module_contract, spec_facts, target_facts
 from attnforge.llm.optimize import optimize_prompt
 from attnforge.spec import AttentionSpec
 from attnforge.targets import TARGETS, get_target
 from attnforge.tl import catalog
+from attnforge.tl.parser import parse
 
 REPO = Path(__file__).resolve().parents[1]
 GQA = AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", causal=True, seqlen_q=1000, seqlen_k=1500)
@@ -21,7 +23,7 @@ WINDOWED = AttentionSpec(heads=8, head_dim=64, dtype="fp16", window_left=256, wi
 
 def test_every_template_has_its_version_line():
     names = prompts.prompt_names()
-    assert names == ["direct", "feedback", "optimize", "stage1_params", "stage1_sketch", "stage2_translate"]
+    assert names == ["direct", "feedback", "optimize", "stage1_params", "stage1_sketch", "stage2_translate", "stage2_translate_cuda"]
     for name in names:
         text = prompts.template_text(name)
         assert text.startswith(f"<!-- attnforge prompt {name}, version ")
@@ -55,6 +57,8 @@ def test_every_template_renders_with_the_facts(spec, target):
         "stage1_sketch": prompts.sketch_prompt(spec, t),
         "stage1_params": prompts.params_prompt(spec, target, program),
         "stage2_translate": prompts.translate_prompt(spec, t, program),
+        "stage2_translate_cuda": prompts.translate_cuda_prompt(spec, t, program, get_backend("cuda").translate(
+            parse(program), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source),
         "direct": prompts.direct_prompt(spec, t),
         "feedback": prompts.feedback_prompt("line 3: TL200 ...", language="tl", round=1),
         "optimize": optimize_prompt(spec, t, current=program, language="tl", best_ms=1.25, compile_report="- attn_fwd: 96 registers",
@@ -73,6 +77,8 @@ def test_every_template_renders_with_the_facts(spec, target):
     manual = (REPO / "docs" / "TL.md").read_text()
     assert manual in rendered["stage1_sketch"] and manual in rendered["stage2_translate"]
     assert program.strip() in rendered["stage2_translate"] and program.strip() in rendered["stage1_params"]
+    assert manual in rendered["stage2_translate_cuda"] and program.strip() in rendered["stage2_translate_cuda"]
+    assert "# The translation table" in rendered["stage2_translate_cuda"] and "af_mma(" in rendered["stage2_translate_cuda"]
     assert f"target {t.name}" in rendered["stage1_sketch"]
     assert f"HEAD_DIM = {spec.head_dim}" in rendered["direct"] and "def launch(q, k, v, o, lse, *, scale" in rendered["direct"]
 

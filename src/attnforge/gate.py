@@ -8,7 +8,8 @@ given. ``attnforge verify DIR`` and ``attnforge selftest`` both use ``verify_dir
 
 A kernel module a model wrote (report.json's "llm" section says so: ``--mode direct`` or
 ``--translate llm``) is never imported here: it goes through the LLM path's static gate and is
-verified in the sandbox's child process, as when it was generated (``llm/kernel_jobs``). A
+verified in the sandbox's child process, as when it was generated (``llm/kernel_jobs``; CUDA
+kernels: ``llm/cuda_gate``, whose head must be attnforge's own, then ``llm/cuda_jobs``). A
 direct module has no TL program; its gate is the module's alone.
 """
 
@@ -83,6 +84,7 @@ def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None
     verdict = DirectoryVerdict(directory, spec, target, model=model_writer(report))
     try:
         params: dict[str, int] = {}
+        program = None
         if tl_path.is_file():
             program = parse(tl_path.read_text(), file=str(tl_path))
             result = check(program, target, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file=str(tl_path))
@@ -92,7 +94,9 @@ def verify_directory(directory: str | Path, *, spec: AttentionSpec | None = None
             verdict.step = "interpret"
             verdict.interpret = interpret_against_spec(program, spec, interpret_shapes(spec, params, program), file=str(tl_path))
         verdict.step = "verify"
-        if verdict.model is not None:
+        if verdict.model is not None and backend.name == "cuda" and program is not None:
+            _verify_model_cuda(directory / backend.source_file, spec, target, params, program, verdict, progress)
+        elif verdict.model is not None:
             _verify_model_module(directory / backend.source_file, spec, target, params, interpret, verdict, progress)
         else:
             kernel = backend.load(directory / backend.source_file, interpret=interpret)
@@ -138,6 +142,25 @@ def model_writer(report: dict) -> str | None:
 MODEL_MODULE_TIMEOUT_S = 900.0
 
 
+def _verify_model_cuda(path: Path, spec: AttentionSpec, target: Target, params: dict[str, int], program,
+                       verdict: DirectoryVerdict, progress: Callable[[int, int, CaseResult], None] | None) -> None:
+    """Model-written CUDA kernels: the head must be attnforge's for the TL program, the kernels pass
+    the CUDA gate, then compile and verification run in the sandbox's child process."""
+    from .backends import get_backend
+    from .llm import cuda_gate
+    from .llm.cuda_jobs import verify_cuda_file
+    from .llm.pipeline import gpu_present
+    from .llm.sandbox import run_isolated
+    from .llm.stage2 import CUDA_FILE, sandbox_limits
+
+    source = path.read_text(encoding="utf-8", errors="replace")
+    abi = get_backend("cuda").translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    cuda_gate.check_cuda_file(source, abi, file=str(path))
+    found = run_isolated(source, verify_cuda_file, spec.to_dict(), target.name, params,
+                         limits=sandbox_limits(MODEL_MODULE_TIMEOUT_S, gpu=gpu_present()), file_name=CUDA_FILE)
+    _take(found, verdict, progress)
+
+
 def _verify_model_module(path: Path, spec: AttentionSpec, target: Target, params: dict[str, int], interpret: bool | None,
                          verdict: DirectoryVerdict, progress: Callable[[int, int, CaseResult], None] | None) -> None:
     """A model-written module: the static gate, then verification, the kernels-off check and the
@@ -152,6 +175,11 @@ def _verify_model_module(path: Path, spec: AttentionSpec, target: Target, params
     kernel_rules.check_kernel_source(source, file=str(path))
     found = run_untrusted(source, verify_module, spec.to_dict(), target.name, params, interpret, True,
                           limits=sandbox_limits(MODEL_MODULE_TIMEOUT_S, gpu=gpu_present()), file_name=MODULE_FILE)
+    _take(found, verdict, progress)
+
+
+def _take(found, verdict: DirectoryVerdict, progress: Callable[[int, int, CaseResult], None] | None) -> None:
+    """A sandboxed verdict into the directory's: its verification, and its first problem as the error."""
     verdict.verification = found.verification
     if found.verification is not None and progress is not None:
         for i, case in enumerate(found.verification.cases, 1):

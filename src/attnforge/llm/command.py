@@ -22,6 +22,7 @@ PROMPT_USES = {
     "stage1_sketch": "stage 1, step 1: the TL program with its tuning parameters open",
     "stage1_params": "stage 1, step 2 (a follow-up turn): choose BM, BN, warps, stages and write the full program",
     "stage2_translate": "stage 2 (--translate llm): the accepted TL program to a Triton module",
+    "stage2_translate_cuda": "stage 2 (--translate llm --backend cuda): the accepted TL program to CUDA C++ kernels",
     "direct": "--mode direct: a Triton module straight from the spec (the paper's baseline)",
     "feedback": "a follow-up turn after a refused answer: what the gates found",
     "optimize": "--optimize: a faster variant of a verified kernel, given its time, the ceilings and the compile report",
@@ -58,7 +59,8 @@ def add_generate_llm_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tl (default): the model writes TL, then the kernel; direct: the Triton module straight from the spec "
                         "(the paper's baseline); both: tl into OUT, direct into OUT/direct, and OUT/comparison.md")
     g.add_argument("--translate", choices=("builtin", "llm"), default="builtin", action=_LLMFlag,
-                   help="stage 2 for --mode tl: attnforge's translator (default) or the model (its module runs only in the sandbox)")
+                   help="stage 2 for --mode tl: attnforge's translator (default) or the model (its module runs only in the sandbox; "
+                        "with --backend cuda it writes CUDA C++ kernels, verified on a local GPU)")
     g.add_argument("--max-rounds", metavar="N", type=int, default=DEFAULT_MAX_ROUNDS, action=_LLMFlag,
                    help=f"answers per stage before giving up (default {DEFAULT_MAX_ROUNDS})")
     g.add_argument("--max-tokens", metavar="N", type=int, default=DEFAULT_MAX_TOKENS, action=_LLMFlag,

@@ -24,15 +24,16 @@ class BudgetExceeded(LLMError):
 
 
 class UnsafeCodeError(LLMError):
-    """Model-written Python refused by the static gate; ``problems`` lists (line, col, reason)."""
+    """Model-written code (a Python module, CUDA kernels) refused by a static gate; ``problems``
+    lists (line, col, reason)."""
 
-    def __init__(self, problems: list[tuple[int, int, str]], *, file: str = "<llm>"):
+    def __init__(self, problems: list[tuple[int, int, str]], *, file: str = "<llm>", hint: str | None = None):
         self.problems = problems
         line, col, reason = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         super().__init__(f"refused: {reason}{more}", where=f"{file}:{line}:{col}",
-                         hint="kernels may import only triton, triton.language, torch and math, and may not "
-                              "touch files, processes, the network or dunder attributes")
+                         hint=hint or ("kernels may import only triton, triton.language, torch and math, and may not "
+                                       "touch files, processes, the network or dunder attributes"))
 
 
 class SandboxError(LLMError):

@@ -1,10 +1,10 @@
-"""Pull a TL program or a Python module out of a model's answer.
+"""Pull a TL program, a Python module or CUDA C++ kernels out of a model's answer.
 
 Answers are prose around fenced code blocks (``` or ~~~, any length of at least three). The block
 labelled with the wanted language wins (the last such, as answers revise themselves); else the
 last unlabelled block. Reasoning that models wrap in <think>...</think> is skipped. An answer with
 no fence is taken whole only when it is entirely code (a Python module that parses, a TL text
-that starts with a comment or a ``kernel`` line).
+that starts with a comment or a ``kernel`` line, CUDA that starts with a comment or ``extern "C"``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from .errors import LLMError
 
-LABELS = {"tl": ("tl", "tl-code", "tlcode", "thinking-language"), "python": ("python", "py", "python3")}
+LABELS = {"tl": ("tl", "tl-code", "tlcode", "thinking-language"), "python": ("python", "py", "python3"),
+          "cuda": ("cuda", "cu", "c++", "cpp", "cxx")}
+WHAT = {"tl": "TL program", "python": "module", "cuda": "CUDA kernels"}
 _OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
 _THINK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -49,9 +51,9 @@ def blocks(answer: str) -> list[Block]:
 
 
 def extract_code(answer: str, language: str) -> str:
-    """The ``language`` ("tl" or "python") code of an answer, ending in a newline."""
+    """The ``language`` ("tl", "python" or "cuda") code of an answer, ending in a newline."""
     if language not in LABELS:
-        raise LLMError(f"language {language!r} is not tl or python", where="extract_code")
+        raise LLMError(f"language {language!r} is not one of {', '.join(LABELS)}", where="extract_code")
     text = _THINK.sub("", answer.replace("\r\n", "\n"))
     found = blocks(text)
     labelled = [b for b in found if b.label in LABELS[language]]
@@ -63,13 +65,13 @@ def extract_code(answer: str, language: str) -> str:
         labels = sorted({b.label for b in found})
         seen = f" (blocks labelled {', '.join(labels)} only)" if labels else ""
         raise LLMError(f"no ```{language} code block in the answer{seen}", where="answer",
-                       hint=f"answer with the whole {'TL program' if language == 'tl' else 'module'} in one fenced block that starts with ```{language}")
+                       hint=f"answer with the whole {WHAT[language]} in one fenced block that starts with ```{language}")
     if not chosen.closed:
         raise LLMError(f"the ```{chosen.label or language} block that opens at line {chosen.line} of the answer is never closed",
                        where=f"answer:{chosen.line}", hint="the answer was probably cut off: raise max_tokens")
     if not chosen.code.strip():
         raise LLMError(f"the code block at line {chosen.line} of the answer is empty", where=f"answer:{chosen.line}",
-                       hint=f"put the whole {'TL program' if language == 'tl' else 'module'} inside the block")
+                       hint=f"put the whole {WHAT[language]} inside the block")
     return chosen.code.strip("\n") + "\n"
 
 
@@ -84,4 +86,6 @@ def _is_bare(text: str, language: str) -> bool:
             return False
         return any(isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom)) for node in tree.body)
     first = body.split("\n", 1)[0]
+    if language == "cuda":
+        return first.startswith("//") or first.startswith('extern "C"')
     return first.startswith("#") or re.match(r"kernel\s+\w+\s*$", first) is not None

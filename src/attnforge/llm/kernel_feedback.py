@@ -18,13 +18,17 @@ def _quote(source: str, line: int, col: int) -> list[str]:
     return [f"    {line:4d} | {lines[line - 1]}", "         | " + " " * max(0, col - 1) + "^"]
 
 
-def unsafe_text(err: UnsafeCodeError, source: str) -> str:
-    out = [f"The module was refused before it ran ({len(err.problems)} problem(s)); attnforge runs no module that:"]
+def unsafe_text(err: UnsafeCodeError, source: str, what: str = "module") -> str:
+    out = [f"The {what} were refused before they ran" if what == "kernels" else f"The {what} was refused before it ran"]
+    out[0] += f" ({len(err.problems)} problem(s)); attnforge runs no {what} that:"
     for line, col, reason in err.problems[:20]:
         out.append(f"- line {line}, column {col}: {reason}")
         out += _quote(source, line, col)
-    out.append(f"  hint: {err.hint}. The attention itself (scores, softmax, both products) must be computed in "
-               "@triton.jit kernels that launch() starts.")
+    if what == "module":
+        out.append(f"  hint: {err.hint}. The attention itself (scores, softmax, both products) must be computed in "
+                   "@triton.jit kernels that launch() starts.")
+    else:
+        out.append(f"  hint: {err.hint}.")
     return "\n".join(out)
 
 

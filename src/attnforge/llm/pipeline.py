@@ -88,14 +88,18 @@ class LLMOptions:
             raise AttnforgeError(f"--optimize {self.optimize!r} is not a number of rounds >= 0", where="--optimize")
         if not self.sandbox_timeout_s > 0:
             raise AttnforgeError(f"--sandbox-timeout {self.sandbox_timeout_s!r} is not > 0", where="--sandbox-timeout")
-        if self.backend == "cuda" and (self.translate == "llm" or self.mode == "direct"):
-            what = "--translate llm" if self.translate == "llm" else "--mode direct"
-            raise AttnforgeError(f"{what} with the cuda backend (--backend cuda, or auto's choice for this target) is not "
-                                 "supported yet: a model writes Triton modules only; a "
-                                 "model-written CUDA file would need a static gate of its own (inline PTX, raw pointers) "
-                                 "before it runs", where="--backend",
-                                 hint="use --backend triton, or --mode tl --translate builtin (the model writes the TL, attnforge's CUDA "
-                                      "backend translates it); 'attnforge backends --manual cuda' prints the CUDA translation manual")
+        if self.backend == "cuda" and self.mode == "direct":
+            raise AttnforgeError("--mode direct with the cuda backend (--backend cuda, or auto's choice for this target): the direct "
+                                 "baseline writes Triton modules only", where="--backend",
+                                 hint="use --mode tl (with --translate llm the model translates its TL to CUDA), or --backend triton")
+        if self.backend == "cuda" and self.translate == "llm" and not gpu_present():
+            raise AttnforgeError("--translate llm with the cuda backend needs a local CUDA GPU: the model's kernels are accepted only once "
+                                 "verified, and CUDA has no CPU interpreter to verify them in", where="--translate",
+                                 hint="run on a machine with a GPU, or use --translate builtin (attnforge's CUDA backend translates the "
+                                      "model's TL; generate --no-verify compiles it here), or --backend triton")
+        if self.backend == "cuda" and self.translate == "llm" and self.optimize:
+            raise AttnforgeError("--optimize times Triton modules; a model-written CUDA translation is not timed by it yet", where="--optimize",
+                                 hint="drop --optimize, or use --backend triton")
         if self.backend == "gluon":
             raise AttnforgeError("--llm with the gluon backend is not supported yet: the model is taught the portable TL, and the gluon "
                                  "backend translates the Hopper form (roles, rings, barriers: docs/TL.md section 11), which only the "
@@ -297,10 +301,12 @@ class _Run:
         (self.out / KERNEL_TL).write_text(s1.source)
         s2 = write_kernel(self.llm, self.spec, self.target, tl_source=s1.source, params=s1.verdict.params,
                           max_rounds=self.options.max_rounds, max_tokens=self.options.max_tokens, limits=self.limits,
-                          interpret=self.interpret, say=self.say, first_number=len(rec.rounds) + 1)
+                          interpret=self.interpret, say=self.say, first_number=len(rec.rounds) + 1,
+                          backend=self.options.backend if self.options.backend == "cuda" else "triton", program=s1.verdict.program)
         rec.rounds += s2.rounds
+        what = "CUDA kernels" if self.options.backend == "cuda" else "module"
         self.steps.append(StepResult("llm-translate", s2.ok, round(sum(r.seconds + r.gate_seconds for r in s2.rounds), 3),
-                                     f"{len(s2.rounds)} round(s); " + ("module verified in the sandbox" if s2.ok else str(s2.error))))
+                                     f"{len(s2.rounds)} round(s); " + (f"{what} verified in the sandbox" if s2.ok else str(s2.error))))
         rec.result = self.module_result(s2.source, s2.verdict, s1.verdict, s1.source, s2.error)
         if not s2.ok:
             rec.error = s2.error
@@ -330,7 +336,7 @@ class _Run:
         """A directory for a model-written module: its files and reports, as generate writes them."""
         out = out or self.out
         out.mkdir(parents=True, exist_ok=True)
-        backend = get_backend("triton")
+        backend = get_backend("cuda" if self.options.backend == "cuda" and self.options.translate == "llm" and tl_source is not None else "triton")
         if source is not None:
             (out / backend.source_file).write_text(source)
         if tl_source is not None:
@@ -341,7 +347,7 @@ class _Run:
         if tl is not None and tl.program is not None and tl_source is not None:
             checked = check(tl.program, self.target, head_dim=self.spec.head_dim, head_dim_v=self.spec.head_dim_v, file=KERNEL_TL)
             kind = "decode" if tl.program.declares("NSPLIT") else "prefill"  # a split count, fixed or chosen at launch
-            result.plan = Plan(tl.program, tl_source, tl.params, kind, (f"TL and its Triton translation written by {self.options.client}",), checked)
+            result.plan = Plan(tl.program, tl_source, tl.params, kind, (f"TL and its {backend.name} translation written by {self.options.client}",), checked)
             result.interpret_runs = [{"shape": str(r.shape), "err_o": r.err_o, "err_lse": r.err_lse, "tol_o": r.tolerance,
                                       "tol_lse": r.tolerance_lse, "passed": r.passed, "worst": r.worst} for r in tl.runs]
         if verdict is not None:

@@ -124,6 +124,21 @@ def translate_prompt(spec: AttentionSpec, target: Target | str, program: str) ->
                   target_facts=target_facts(t), module_contract=module_contract(spec), tl_manual=tl_manual(), target_name=t.name)
 
 
+def translate_cuda_prompt(spec: AttentionSpec, target: Target | str, program: str, abi_source: str) -> str:
+    """Stage 2 for the CUDA backend: a checked TL program to CUDA C++ kernels. ``abi_source``: the
+    backend's own translation of the same program, whose launch facts and kernel headers are the
+    ABI the model must keep (the model sees the headers, never the bodies)."""
+    from ..backends.cuda.manual import translation_manual
+    from ..backends.cuda.module import read_meta
+    from .cuda_gate import header_text
+
+    t = _target(target)
+    meta = read_meta(abi_source)["kernels"]
+    return render("stage2_translate_cuda", tl_program=program.strip(), spec_facts=spec_facts(spec), semantics=semantics(),
+                  target_name=t.name, target_facts=target_facts(t), threads=", ".join(str(k["threads"]) for k in meta), smem=", ".join(str(k["smem"]) for k in meta),
+                  headers=header_text(abi_source), manual=translation_manual(t), tl_manual=tl_manual())
+
+
 def direct_prompt(spec: AttentionSpec, target: Target | str) -> str:
     """The baseline without TL: a Triton module straight from the request."""
     t = _target(target)
@@ -133,7 +148,7 @@ def direct_prompt(spec: AttentionSpec, target: Target | str) -> str:
 
 def feedback_prompt(feedback: str, *, language: str, round: int) -> str:
     """A follow-up turn: what failed (feedback.py's text) and a request for the whole corrected answer."""
-    if language not in ("tl", "python"):
-        raise LLMError(f"language {language!r} is not tl or python", where="feedback_prompt")
-    what = "TL program" if language == "tl" else "Triton module"
+    what = {"tl": "TL program", "python": "Triton module", "cuda": "CUDA kernels"}.get(language)
+    if what is None:
+        raise LLMError(f"language {language!r} is not tl, python or cuda", where="feedback_prompt")
     return render("feedback", what=what, feedback=feedback.strip(), fence=language, round=round)

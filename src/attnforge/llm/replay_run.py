@@ -25,7 +25,7 @@ from .optimize import Candidate, Timer
 from .pipeline import LLMOptions, ModeRun, mode_directory, run
 from .replay import Replay
 from .rounds import Say
-from .stage2 import MODULE_FILE
+from .stage2 import CUDA_FILE, MODULE_FILE
 from .transcript import FILE_NAME
 
 
@@ -114,7 +114,7 @@ def replay_directory(directory: str | Path, out: str | Path | None = None, *, ch
         if was != now:
             outcome.differences.append(f"{m}: the recorded run was {_verdict(*was)}, the replay is {_verdict(*now)}")
         written_by_model = m == "direct" or recorded.get("translate") == "llm"
-        for name in (KERNEL_TL, MODULE_FILE) if written_by_model else (KERNEL_TL,):
+        for name in (KERNEL_TL, MODULE_FILE, CUDA_FILE) if written_by_model else (KERNEL_TL,):
             mine = original / name
             if not mine.is_file():
                 continue

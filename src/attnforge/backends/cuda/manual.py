@@ -4,9 +4,9 @@ cannot drift from them: the translation table (``table.TRANSLATION_TABLE``), the
 helpers (``prelude.PRELUDE``), the kernel ABI (``emit.signature``, ``abi``) and the target's
 mma.sync instructions (``targets``).
 
-``attnforge backends --manual cuda [--target T]`` prints it. ``generate --llm ... --translate llm``
-does not take ``--backend cuda`` yet: a model-written CUDA module would need a static gate of its
-own (inline PTX, pointers, shared memory) before it runs; see ``llm.pipeline.LLMOptions.check``.
+``attnforge backends --manual cuda [--target T]`` prints it; ``generate --llm ... --translate llm
+--backend cuda`` puts it in the model's prompt (``llm.prompts.translate_cuda_prompt``), where the
+model writes the kernels only and attnforge the file's head (``llm.cuda_gate``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def translation_manual(target: Target | None = None) -> str:
     lines += ["", "## The kernel ABI", "",
               f"- The file's first lines hold `{META_PREFIX.strip()} {{json}}`: the launch facts the loader reads (per kernel: name, "
               "threads, dynamic shared memory bytes, tensors with ranks and formats, scalars, grid extents, the cp.async waits "
-              "of each pipelined loop for the static lint).",
+              "of each pipelined loop for the static lint), then the prelude; attnforge writes both in front of kernels a model writes.",
               f"- One `extern \"C\" __global__ void __launch_bounds__(THREADS) NAME(...)` per TL kernel, after a `{KERNEL_MARK}NAME` "
               "line; no host code.",
               "- Parameters in this order: each tensor's pointer (`const T* __restrict__ q_ptr` for inputs, `T* __restrict__` "

@@ -1,0 +1,172 @@
+"""``--translate llm`` with the CUDA backend, on a CPU machine: the static gate for model-written
+CUDA (what it refuses, where, and that attnforge's own kernels pass it), the file assembled behind
+attnforge's head and compiled as the backend's own, the feedback loop (gate, compile, and the stop
+when no GPU can verify), and the whole pipeline against a scripted OpenAI-compatible server on
+127.0.0.1. Verification of a model's CUDA kernels runs on a GPU only (CUDA has no interpreter)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnforge.backends import get_backend
+from attnforge.backends.cuda.compile import compile_for_target
+from attnforge.backends.cuda.module import KERNEL_MARK
+from attnforge.llm import cuda_gate
+from attnforge.llm.budget import Budget
+from attnforge.llm.errors import UnsafeCodeError
+from attnforge.llm.sandbox import Limits
+from attnforge.llm.stage2 import write_kernel
+from attnforge.llm.tracked import Tracked
+from attnforge.spec import AttentionSpec
+from attnforge.targets import get_target
+from attnforge.tl.parser import parse
+from llm_scripts import Scripted, fenced, program
+from llm_servers import clean_env  # noqa: F401 (fixture)
+
+SPEC = AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", causal=True)
+A100 = get_target("a100")
+
+
+@pytest.fixture(autouse=True)
+def _env(clean_env):
+    return clean_env
+
+
+def abi(spec: AttentionSpec = SPEC, target=A100) -> tuple[str, str]:
+    """(the CUDA backend's own file for the planner's program, the kernels part a model would write)."""
+    source = get_backend("cuda").translate(parse(program(spec)), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    return source, source[source.index(KERNEL_MARK):]
+
+
+def refused(kernels: str, source: str) -> list[tuple[int, int, str]]:
+    with pytest.raises(UnsafeCodeError) as err:
+        cuda_gate.check_cuda_kernels(kernels, cuda_gate.expected_headers(source))
+    return err.value.problems
+
+
+# ---------------------------------------------------------------- the gate
+
+@pytest.mark.parametrize("spec, target", [
+    (SPEC, "a100"), (AttentionSpec(heads=2, head_dim=64, dtype="fp16"), "t4"),
+    (AttentionSpec(heads=4, kv_heads=1, head_dim=64, dtype="bf16", window_left=50, window_right=0, softcap=20.0, alibi_slopes="auto"), "h100"),
+])
+def test_the_backends_own_kernels_pass_and_compile_when_assembled(spec, target):
+    t = get_target(target)
+    source, kernels = abi(spec, t)
+    found = cuda_gate.check_cuda_kernels(kernels, cuda_gate.expected_headers(source))
+    assert [name for name, _ in found] == ["attn_fwd"]
+    assembled = cuda_gate.assemble(cuda_gate.head_of(source), kernels, found)
+    assert assembled.count(KERNEL_MARK) == 1 and assembled.startswith(cuda_gate.head_of(source).rstrip("\n"))
+    (report,) = compile_for_target(assembled, t, None)  # the pipeline lint, nvcc, the SASS report
+    assert "mma.sync" in report.instructions
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("{\n", '{\n    asm volatile("trap;");\n', 1), "inline assembly"),
+    (("extern", "#include <cstdio>\nextern", 1), "preprocessor line '#include <cstdio>'"),
+    (("extern", "#define AF_HIDE asm\nextern", 1), "preprocessor line '#define AF_HIDE asm'"),
+    (("{\n", '{\n    printf("%d", 1);\n', 1), "printf: device-side printing"),
+    (("{\n", "{\n    float* p = (float*)malloc(4);\n", 1), "malloc: device-side heap"),
+    (("{\n", "{\n    int* p = new int[4];\n", 1), "new: device-side heap"),
+    (("{\n", "{\n    cudaDeviceSynchronize();\n", 1), "the CUDA runtime is not for kernels"),
+    (("extern", "__device__ int af_counter = 0;\nextern", 1), "a __device__ variable at file scope"),
+    (("extern", "__constant__ float af_table[4];\nextern", 1), "a __constant__ variable at file scope"),
+    (("extern", "__global__ void helper() {}\nextern", 1), "not extern \"C\""),
+    (("int Sk,", "int Sk, int extra,", 1), "header is not the ABI's"),
+    (("__launch_bounds__(128)", "__launch_bounds__(256)", 1), "header is not the ABI's"),
+    (("attn_fwd(", "attn_fwd2(", 1), "none of the program's kernels"),
+])
+def test_the_gate_refuses_with_the_place_and_the_reason(edit, says):
+    source, kernels = abi()
+    old, new, count = edit
+    assert old in kernels
+    problems = refused(kernels.replace(old, new, count), source)
+    assert any(says in reason for _, _, reason in problems), problems
+    line, col, _ = next(p for p in problems if says in p[2])
+    assert line >= 1 and col >= 1
+
+
+def test_what_the_gate_allows():
+    source, kernels = abi()
+    allowed = kernels.replace("extern", "extern __shared__ __align__(16) unsigned char af_smem_alias[];\n"
+                                        "__device__ __forceinline__ float af_twice(float x) { return 2.0f * x; }\n"
+                                        "// a comment with \"quotes\" and asm in it\nextern", 1)
+    allowed = allowed.replace("{\n", "{\n#pragma unroll 4\n    for (int i = 0; i < 4; ++i) {}\n", 1)
+    assert [n for n, _ in cuda_gate.check_cuda_kernels(allowed, cuda_gate.expected_headers(source))] == ["attn_fwd"]
+
+
+def test_a_missing_or_doubled_kernel():
+    source, kernels = abi()
+    assert any("attn_fwd is missing" in r for _, _, r in refused("__device__ void f() {}\n", source))
+    assert any("written 2 times" in r for _, _, r in refused(kernels + kernels, source))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=400))
+def test_garbage_is_refused_or_passed_never_crashes(text):
+    source, _ = abi()
+    try:
+        cuda_gate.check_cuda_kernels(text, cuda_gate.expected_headers(source))
+    except UnsafeCodeError as err:
+        assert err.problems and all(isinstance(line, int) and line >= 1 for line, _, _ in err.problems)
+
+
+# ---------------------------------------------------------------- the loop
+
+def tracked(answers: list[str]) -> Tracked:
+    return Tracked(Scripted(answers), budget=Budget())
+
+
+def test_the_loop_feeds_back_the_gate_and_the_compile_and_stops_where_nothing_can_verify():
+    source, kernels = abi()
+    tl = program(SPEC)
+    answers = [fenced(kernels.replace("{\n", '{\n    asm("trap;");\n', 1), "cuda"),
+               fenced(kernels.replace("af_cp_wait<", "af_cp_wait_typo<", 1), "cuda"),
+               fenced(kernels, "cuda")]
+    llm = tracked(answers)
+    result = write_kernel(llm, SPEC, A100, tl_source=tl, params={"BM": 64, "BN": 32, "warps": 4, "stages": 2}, max_rounds=5,
+                          backend="cuda", program=parse(tl), limits=Limits(timeout_s=120, memory_bytes=None))
+    assert [r.failure for r in result.rounds] == ["unsafe", "compile", "unverifiable"]
+    assert not result.ok and "no CUDA GPU to verify them on" in result.error
+    first = llm.client.requests[0][0].content
+    assert first.startswith("<!-- attnforge prompt stage2_translate_cuda, version 1 -->")
+    assert 'extern "C" __global__ void __launch_bounds__(128) attn_fwd(' in first and "af_mma" in first
+    assert "inline assembly" in llm.client.requests[1][-1].content and "```cuda" in llm.client.requests[1][-1].content
+    assert "nvcc cannot compile" in llm.client.requests[2][-1].content or "cp.async waits" in llm.client.requests[2][-1].content
+    assert result.source is not None and result.source.startswith(cuda_gate.head_of(source).rstrip("\n"))
+
+
+def test_the_pipeline_writes_the_cuda_file_and_says_why_it_is_not_verified(httpserver, capsys, tmp_path, monkeypatch):
+    """The whole path through a scripted server on 127.0.0.1 (the GPU check pretended away, so the
+    run reaches the sandbox's compile and its honest stop)."""
+    pytest.importorskip("openai")
+    import attnforge.llm.pipeline as pipeline
+    from attnforge.cli import main
+    from llm_servers import openai_body
+
+    monkeypatch.setattr(pipeline, "gpu_present", lambda: True)
+    source, kernels = abi()
+    for text in (fenced(program(SPEC)), fenced(kernels, "cuda")):
+        httpserver.expect_ordered_request("/v1/chat/completions", method="POST").respond_with_json(openai_body(text))
+    out = tmp_path / "out"
+    code = main(["generate", "--target", "a100", "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "fp16", "--causal",
+                 "--backend", "cuda", "--out", str(out), "--llm", "openai:test-model", "--llm-base-url", httpserver.url_for("/v1"),
+                 "--llm-retries", "1", "--translate", "llm", "--max-rounds", "2"])
+    printed = capsys.readouterr()
+    assert code != 0, printed.out
+    assert "no CUDA GPU to verify them on" in printed.out + printed.err
+    assert (out / "kernel_cuda.cu").read_text().startswith(cuda_gate.head_of(source).rstrip("\n"))
+    report = json.loads((out / "report.json").read_text())
+    assert not report["verified"] and report["llm"]["failures_by_kind"] == {"unverifiable": 1}
+    # attnforge verify: the same gate and sandbox job, never an import; a tampered head is refused
+    assert main(["verify", str(out)]) != 0
+    assert "no CUDA GPU to verify them on" in capsys.readouterr().out
+    cu = out / "kernel_cuda.cu"
+    cu.write_text(cu.read_text().replace("__device__ __forceinline__", '__device__ __forceinline__ /* */', 1))
+    assert main(["verify", str(out)]) != 0
+    printed = capsys.readouterr()
+    assert "the file's head (launch facts and prelude) is not the one attnforge writes" in printed.out + printed.err
