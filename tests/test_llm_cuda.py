@@ -79,6 +79,11 @@ def test_the_backends_own_kernels_pass_and_compile_when_assembled(spec, target):
     (("int Sk,", "int Sk, int extra,", 1), "header is not the ABI's"),
     (("__launch_bounds__(128)", "__launch_bounds__(256)", 1), "header is not the ABI's"),
     (("attn_fwd(", "attn_fwd2(", 1), "none of the program's kernels"),
+    (("extern", "%:include <cstdio>\nextern", 1), "digraph"),
+    (("{\n", "{\n    as\\\nm(\"trap;\");\n", 1), "a backslash"),
+    (("extern", "template <> __device__ __forceinline__ void af_cp_wait<0>() {}\nextern", 1), "af_cp_wait is declared here"),
+    (("{\n", "{\n    auto af_mma = [](float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {};\n", 1), "af_mma is declared here"),
+    (("{\n", "{\n    static int calls = 0;\n", 1), "static inside a function"),
 ])
 def test_the_gate_refuses_with_the_place_and_the_reason(edit, says):
     source, kernels = abi()

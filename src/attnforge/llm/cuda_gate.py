@@ -17,7 +17,13 @@ assembly are attnforge's, and the gate refuses, each with line:col and the reaso
   file scope (``extern __shared__`` arrays are allowed: they are the dynamic shared memory);
 * kernels other than the program's: each TL kernel is one ``extern "C" __global__`` function with
   the ABI's name, launch bounds and parameters (the loader passes exactly those), and there is no
-  other ``__global__`` function.
+  other ``__global__`` function;
+* what would change the prelude's meaning: a declaration of one of its names (a lambda, overload
+  or specialisation that the kernels' calls would reach instead of the prelude's helper, e.g. an
+  ``af_cp_wait`` that waits for nothing), ``static`` inside a function (device statics outlive a
+  launch);
+* what changes the tokens before the compiler's tokenizer sees them: backslashes (line splices,
+  universal character names) and the ``%:`` digraph of ``#``.
 
 What a token check cannot see (a pointer walked past its tensor) stays in the sandbox's child
 process with the kernel; the verification that follows decides whether the answer is right, and
@@ -31,6 +37,7 @@ import re
 from dataclasses import dataclass
 
 from ..backends.cuda.module import KERNEL_MARK
+from ..backends.cuda.prelude import PRELUDE
 from .errors import UnsafeCodeError
 
 MAX_SOURCE_CHARS = 256 * 1024
@@ -39,6 +46,7 @@ _TOKEN = re.compile(r"""
   | (?P<pre>^[ \t]*\#[^\n]*)
   | (?P<string>"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?)
   | (?P<launch><<<)
+  | (?P<splice>\\|%:)
   | (?P<word>[A-Za-z_]\w*)
   | (?P<number>\d[\w.]*)
   | (?P<space>\s+)
@@ -53,6 +61,7 @@ REFUSED_WORDS = {
     "__managed__": "managed memory",
 }
 STATE_QUALIFIERS = ("__device__", "__managed__", "__constant__")
+PRELUDE_NAMES = frozenset(re.findall(r"\baf_\w+", PRELUDE))  # the helpers and types the prelude defines
 HINT = ("write only the program's kernels, with the ABI's headers, calling the prelude's helpers for PTX: no asm, no "
         "preprocessor lines but #pragma unroll, no strings, no heap, printf or device launches")
 
@@ -120,6 +129,14 @@ def check_cuda_kernels(source: str, headers: dict[str, list[str]], *, file: str 
             problems.append((t.line, t.col, "a string or character literal: the kernels need none (no printf, no asm)"))
         elif t.kind == "launch":
             problems.append((t.line, t.col, "a kernel launch from device code"))
+        elif t.kind == "splice":
+            problems.append((t.line, t.col, f"{t.text!r}: a backslash (line splice, universal character name) or the %: digraph "
+                                            "changes tokens before the compiler reads them"))
+        elif t.kind == "word" and t.text in PRELUDE_NAMES and _declares(toks, i, depth):
+            problems.append((t.line, t.col, f"{t.text} is declared here: it is the prelude's (call it; give your own helpers "
+                                            "other names)"))
+        elif t.kind == "word" and t.text == "static" and depth > 0:
+            problems.append((t.line, t.col, "static inside a function: device statics outlive a launch"))
         elif t.kind == "word" and t.text in REFUSED_WORDS:
             problems.append((t.line, t.col, f"{t.text}: {REFUSED_WORDS[t.text]}"))
         elif t.kind == "word" and re.match(r"cuda[A-Z]", t.text):
@@ -143,6 +160,23 @@ def check_cuda_kernels(source: str, headers: dict[str, list[str]], *, file: str 
     if problems:
         raise UnsafeCodeError(sorted(problems), file=file, hint=HINT)
     return found
+
+
+_NOT_A_TYPE = frozenset({"return", "else", "do", "case", "throw", "sizeof", "co_return", "co_yield", "goto"})
+
+
+def _declares(toks: list[Token], i: int, depth: int) -> bool:
+    """Whether the name at ``toks[i]`` is being declared: a type or qualifier word stands right
+    before it (``void af_x(``, ``auto af_x =``), or at file scope a ``>``, ``*`` or ``&`` does, and
+    a parameter list, template arguments or an initialiser follows (``const af_elem* p`` uses a type)."""
+    if i + 1 < len(toks) and toks[i + 1].text not in ("(", "<", "=", ";", "[", "{", ","):
+        return False
+    if i == 0:
+        return depth == 0
+    prev = toks[i - 1]
+    if prev.kind == "word":
+        return prev.text not in _NOT_A_TYPE
+    return depth == 0 and prev.text in (">", "*", "&")
 
 
 def _declares_variable(toks: list[Token], i: int) -> bool:
