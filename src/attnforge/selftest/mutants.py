@@ -27,11 +27,14 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
+    # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
+    "cuda": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", causal=True), "a100"),
 }
 # The backend a spec's base kernel is generated with, where it is not auto's choice (the Hopper form
-# is the gluon backend's). Gluon kernels run natively only: without a Hopper GPU (and always with
-# --quick) their mutants are judged by the gate's steps before verification, as is their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "blackwell": "gluon"}
+# is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
+# always with --quick) their mutants are judged by the gate's steps before verification, as is
+# their control.
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("model_host_attention", "window", "model", r"^(\s*)(attn_fwd\[)",
            r"\1o.copy_(torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v)\n\1\2",
            "a model's module computes attention with torch on the host beside its kernel"),
+    # ---- CUDA kernels a model wrote (--translate llm --backend cuda): the CUDA gate and the lint
+    Mutant("model_cuda_inline_asm", "cuda", "model", r"^(    float scale\) \{)$", r'\1\n    asm volatile("membar.gl;");',
+           "a model's CUDA kernel writes its own inline PTX"),
+    Mutant("model_cuda_waits_dropped", "cuda", "model", r"^\s*af_cp_wait<\d+>\(\);[^\n]*\n", "",
+           "a model's CUDA kernel waits for no cp.async group before reading shared memory", every=True),
+    Mutant("model_cuda_wait_intercepted", "cuda", "model", r'^(extern "C" __global__)',
+           r"template <> __device__ __forceinline__ void af_cp_wait<0>() {}\n\1",
+           "a model's CUDA file specialises the prelude's af_cp_wait to wait for nothing (the lint's text still matches)"),
     Mutant("tma_box_wrong", "causal", "kernel", r'k_desc = tma_descriptor\(k, "k", \[1, 1, (\d+), (\d+)\](, checked=checked)?\)',
            r'k_desc = tma_descriptor(k, "k", [1, 1, \1 // 2, \2]\3)', "the K descriptor's box is half a tile"),
 )

@@ -62,11 +62,13 @@ def _native_only(key: str, interpret: bool | None) -> bool:
     kernel does not run on Hopper). Its mutants and control then stop before verification."""
     import torch
 
+    key = key.removeprefix("model-")
     if key not in SPEC_BACKENDS:
         return False
     if interpret is True or not torch.cuda.is_available():
         return True
-    return torch.cuda.get_device_capability()[0] != get_target(SPECS[key][1]).cc[0]
+    # mma.sync kernels run on any newer GPU; a gluon kernel on its own family only
+    return SPEC_BACKENDS[key] == "gluon" and torch.cuda.get_device_capability()[0] != get_target(SPECS[key][1]).cc[0]
 
 
 def _base(root: Path, key: str, interpret: bool | None) -> Path:
@@ -87,7 +89,8 @@ def _model_base(root: Path, key: str, base: Path) -> Path:
     out = root / f"model-{key}"
     shutil.copytree(base, out)
     source = out / backend_for_directory(out).source_file
-    source.write_text(model_style(source.read_text()))
+    if source.suffix == ".py":  # (a model writes a CUDA file's kernels only, attnforge its head: nothing to restyle)
+        source.write_text(model_style(source.read_text()))
     report_path = out / "report.json"
     report = json.loads(report_path.read_text())
     report["llm"] = {"client": "selftest (attnforge's translation in a model's style)", "options": {"translate": "llm"}}
@@ -98,14 +101,22 @@ def _model_base(root: Path, key: str, base: Path) -> Path:
 
 def _control(key: str, base: str, interpret: bool | None) -> Outcome:
     start = time.perf_counter()
-    if _native_only(key, interpret):  # the gate's steps up to the compile, as its mutants get them
+    if _native_only(key, interpret) and not key.startswith("model-"):  # the gate's steps up to the compile, as its mutants get them
         spec, target = SPECS[key]
         text = (Path(base) / KERNEL_TL).read_text()
         result = generate(spec, get_target(target), Path(base).parent / f"control-{key}", backend=SPEC_BACKENDS[key], tl=text,
                           tl_file=f"control-{key}.tl", run_verification=False)
         return Outcome(f"control:{key}", not result.ok, result.failed_step or "", result.error or "", time.perf_counter() - start)
     verdict = verify_directory(base, interpret=interpret)
-    return Outcome(f"control:{key}", not verdict.ok, verdict.step if not verdict.ok else "", verdict.error or "", time.perf_counter() - start)
+    failed = not verdict.ok and not _unverifiable(verdict.error)  # (a model's CUDA without a GPU: judged up to the compile)
+    return Outcome(f"control:{key}", failed, verdict.step if failed else "", verdict.error or "", time.perf_counter() - start)
+
+
+def _unverifiable(error: str | None) -> bool:
+    """A model's CUDA kernels that passed every step but verification, which needs a GPU."""
+    from ..llm.cuda_jobs import UNVERIFIABLE
+
+    return bool(error) and error.startswith(UNVERIFIABLE + ":")
 
 
 def _plant(mutant: Mutant, base: str, work: str, interpret: bool | None) -> Outcome:
@@ -126,7 +137,8 @@ def _plant(mutant: Mutant, base: str, work: str, interpret: bool | None) -> Outc
         source = out / backend_for_directory(out).source_file
         source.write_text(mutant.apply(source.read_text()))
         verdict = verify_directory(out, interpret=interpret, fail_fast=True)
-        killed, step, detail = not verdict.ok, verdict.step if not verdict.ok else "", verdict.error or ""
+        killed = not verdict.ok and not _unverifiable(verdict.error)
+        step, detail = verdict.step if killed else "", verdict.error or ""
     return Outcome(mutant.name, killed, step, detail.splitlines()[0][:300] if detail else "", time.perf_counter() - start, mutant.equivalent)
 
 

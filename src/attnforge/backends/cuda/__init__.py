@@ -44,7 +44,8 @@ class CudaBackend(Backend):
             notes=("bf16 needs sm_80+ (Turing tensor cores take fp16): a bf16 spec for sm_75 is refused",
                    "decode (split-KV) programs are not translated yet: --backend triton",
                    "no CPU interpreter: kernels are verified natively on a GPU; on a CPU machine generate with --no-verify",
-                   "strategies tma, persistent and ws are refused (mma.sync path only)"),
+                   "strategies tma, persistent and ws are refused (mma.sync path only)",
+                   "generate --llm --translate llm: the model writes the kernels (llm/cuda_gate gates them), verified on a local GPU"),
         )
 
     def unsupported(self, spec: AttentionSpec, target: Target) -> str | None:

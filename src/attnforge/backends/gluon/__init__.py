@@ -36,12 +36,12 @@ class GluonBackend(Backend):
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            language="Gluon (triton.experimental.gluon 3.6): TMA, mbarrier, wgmma, warp specialisation",
+            language="Gluon (triton.experimental.gluon 3.6): TMA, mbarrier, wgmma / tcgen05, warp specialisation",
             targets="sm_90 (H100, H200, GH200); sm_100 (B200, GB200: tcgen05 into tensor memory, compiled on the CPU, never run yet)",
             dtypes=DTYPES,
             features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
                       "head dims 16..256 in powers of two (verified on the H200: 64, 128, 256)", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
-            notes=("no CPU interpreter: kernels are verified natively on a Hopper GPU; elsewhere generate with --no-verify",
+            notes=("no CPU interpreter: kernels are verified natively on a GPU of their family (sm_90, sm_100); elsewhere generate with --no-verify",
                    "decode (split-KV, packed GQA) is not translated yet: --backend triton",
                    "sm_100: the same TL statements become tcgen05 MMAs into tensor memory, P in tensor memory over S; pingpong and "
                    "overlap are not mapped to it; compiled for sm_100a on the CPU, not yet run or timed on a Blackwell GPU"),

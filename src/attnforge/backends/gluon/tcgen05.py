@@ -28,15 +28,21 @@ from __future__ import annotations
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
 from .compute import _epilogue, _release, _softmax_call, _wait_tile, row_state, tile_bounds
+from .shape import _fail
 from .writer import Writer, shared_args
 
 # the translator's own names in the kernel: S's and O's tensor memory, the barrier MMAs commit to
 TMEM_ARGS = ("s_tmem", "o_tmem", "mma_bar")
+TMEM_COLUMNS = 512  # 32-bit columns of tensor memory per SM, 128 lanes each
 
 
 def kernel_allocations(m: Writer, indent: int) -> None:
     """Tensor memory for S (BN columns, P over its first half) and O (Dv columns), and the barrier
-    tcgen05 commits each MMA's completion to: 128 + Dv of a CTA's 512 columns, BM = 128 lanes."""
+    tcgen05 commits each MMA's completion to: BN + Dv of the 512 columns of an SM, BM = 128 lanes."""
+    bn = m.hk.params["BN"]
+    if bn + m.head_dim_v > TMEM_COLUMNS:
+        _fail(m.hk.kernel, f"BN = {bn} and Dv = {m.head_dim_v}: S and O need {bn + m.head_dim_v} of the {TMEM_COLUMNS} tensor-memory "
+              "columns of an sm_100 SM", m.file, hint="narrow BN")
     m.emit("# sm_100: S and O accumulate in tensor memory; each tcgen05 MMA commits its completion to mma_bar", indent)
     m.emit("s_tmem = allocate_tensor_memory(gl.float32, [BM, BN], TensorMemoryLayout((BM, BN), col_stride=1))", indent)
     m.emit("o_tmem = allocate_tensor_memory(gl.float32, [BM, Dv], TensorMemoryLayout((BM, Dv), col_stride=1))", indent)
@@ -84,7 +90,7 @@ def compute_fn(m: Writer) -> None:
     m.emit("# (the softmax's rescale of O_acc, in tensor memory: no MMA reads O now, the last PV was waited for)", 2)
     m.emit("o_tmem.store(o_tmem.load(o_layout) * gl.expand_dims(gl.convert_layout(alpha, row_o), 1))", 2)
     m.tl(t.p_reshape, 2)
-    m.emit("p_tmem.store(gl.convert_layout(P, p_layout))  # tcgen05 reads its A operand from tensor memory", 2)
+    m.emit("p_tmem.store(gl.convert_layout(P, p_layout, assert_trivial=True))  # tcgen05 reads its A operand from tensor memory", 2)
     _wait_tile(m, t.v_wait, j, J, 2)
     m.tl(t.pv, 2)
     m.emit(f"v_t = {t.pv.b}.index({m.dev(t.pv.b_index)}).reshape([BN, Dv])", 2)
