@@ -198,13 +198,50 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
             tune(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200, backend="gluon", record=False)
 
 
-@pytest.mark.parametrize("mode, translate", [("tl", "builtin"), ("tl", "llm"), ("direct", "builtin")])
-def test_the_llm_path_refuses_the_gluon_backend_clearly(mode, translate):
+@pytest.mark.parametrize("mode, translate", [("tl", "llm"), ("direct", "builtin")])
+def test_with_the_gluon_backend_the_model_writes_the_hopper_form_only(mode, translate):
     from attnforge.llm.pipeline import LLMOptions
 
-    with pytest.raises(AttnforgeError, match="gluon backend is not supported yet") as err:
+    with pytest.raises(AttnforgeError, match="the model writes TL in the Hopper form") as err:
         LLMOptions("openai:m", mode=mode, translate=translate, backend="gluon").check()
-    assert "Hopper form" in str(err.value) and "--backend triton" in err.value.hint
+    assert "--translate builtin with --backend gluon" in err.value.hint
+    LLMOptions("openai:m", mode="tl", translate="builtin", backend="gluon").check()
+
+
+def test_the_llm_writes_hopper_tl_that_the_gluon_backend_translates(httpserver, capsys, tmp_path, monkeypatch):
+    """Stage 1 in the Hopper form through a scripted server on 127.0.0.1: the prompt teaches the form
+    with the library's Hopper program; an answer the translator cannot place goes back with the
+    statement; the planner's own Hopper program is accepted, translated and compiled for sm_90a.
+    Without a Hopper GPU, verification is refused up front unless --no-verify says otherwise."""
+    pytest.importorskip("openai")
+    import json
+
+    import torch
+
+    from attnforge.cli import main
+    from llm_servers import openai_body
+
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True)
+    good = hopper_source(spec, H200, dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1))
+    misplaced = good.replace("Copy O_r (BM, Dv) at [m, 0]", "Copy O_r (BM, Dv) at [m + 1 - 1, 0]")
+    for text in (misplaced, good):
+        httpserver.expect_ordered_request("/v1/chat/completions", method="POST").respond_with_json(openai_body(f"```tl\n{text}```\n"))
+    args = ["generate", "--target", "h200", "--heads", "4", "--kv-heads", "2", "--head-dim", "64", "--dtype", "bf16", "--causal",
+            "--backend", "gluon", "--llm", "openai:test-model", "--llm-base-url", httpserver.url_for("/v1"), "--llm-retries", "1"]
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
+        assert main(args + ["--out", str(tmp_path / "refused")]) == 2
+        assert "verifies its kernels on a sm_90 GPU" in capsys.readouterr().err
+    out = tmp_path / "out"
+    code = main(args + ["--out", str(out), "--no-verify", "--max-rounds", "3"])
+    printed = capsys.readouterr()
+    assert code in (0, 3), printed.out + printed.err  # 3: generated, not verified
+    first = json.loads(httpserver.log[0][0].get_data())["messages"][0]["content"]
+    assert "## hopper_gqa_causal_fwd.tl" in first and "Write the Hopper form" in first
+    feedback = json.loads(httpserver.log[1][0].get_data())["messages"][-1]["content"]
+    assert "the store of o must copy" in feedback
+    assert (out / "kernel.tl").read_text() == good and (out / "kernel_gluon.py").is_file()
+    report = json.loads((out / "report.json").read_text())
+    assert report["backend"].startswith("gluon") and report["llm"]["totals"]["rounds"] == 2
 
 
 def _translate_edit(old: str, new: str, params: dict | None = None, spec: AttentionSpec | None = None) -> str:

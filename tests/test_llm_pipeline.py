@@ -86,11 +86,11 @@ def test_generate_verified_with_transcript_report_and_replay(server, capsys, tmp
     assert llm["ok"] and llm["failures_by_kind"] == {} and llm["totals"]["rounds"] == 1
     assert (llm["totals"]["input_tokens"], llm["totals"]["output_tokens"]) == (1000, 200)
     assert llm["cost_usd"] == pytest.approx((1000 * 1.5 + 200 * 6) / 1e6)
-    assert llm["base_url"] == server.url and llm["prompt_versions"] == {"stage1_sketch": 1}
+    assert llm["base_url"] == server.url and llm["prompt_versions"] == {"stage1_sketch": 2}
     lines = (out / "llm" / "transcript.jsonl").read_text().splitlines()
     assert len(lines) == 1
     record = json.loads(lines[0])
-    assert record["messages"][0]["content"].startswith("<!-- attnforge prompt stage1_sketch, version 1 -->")
+    assert record["messages"][0]["content"].startswith("<!-- attnforge prompt stage1_sketch, version 2 -->")
     assert record["completion"]["input_tokens"] == 1000 and record["completion"]["seconds"] >= 0
     assert "## LLM" in (out / "report.md").read_text()
     no_secret_in(out)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import outdir
-from ..backends import get_backend
+from ..backends import choose_backend, get_backend
 from ..errors import AttnforgeError
 from ..generate import GenerateResult, StepResult, generate
 from ..plan import Plan
@@ -100,11 +100,11 @@ class LLMOptions:
         if self.backend == "cuda" and self.translate == "llm" and self.optimize:
             raise AttnforgeError("--optimize times Triton modules; a model-written CUDA translation is not timed by it yet", where="--optimize",
                                  hint="drop --optimize, or use --backend triton")
-        if self.backend == "gluon":
-            raise AttnforgeError("--llm with the gluon backend is not supported yet: the model is taught the portable TL, and the gluon "
-                                 "backend translates the Hopper form (roles, rings, barriers: docs/TL.md section 11), which only the "
-                                 "built-in planner writes so far", where="--backend",
-                                 hint="drop --llm to have the built-in planner write the Hopper form, or use --backend triton with --llm")
+        if self.backend == "gluon" and (self.mode == "direct" or self.translate == "llm"):
+            what = "--mode direct" if self.mode == "direct" else "--translate llm"
+            raise AttnforgeError(f"{what} with the gluon backend: there the model writes TL in the Hopper form (docs/TL.md section 11) "
+                                 "and attnforge's gluon backend translates it", where="--backend",
+                                 hint="use --mode tl --translate builtin with --backend gluon, or --backend triton")
         if not self.verify and (self.mode != "tl" or self.translate == "llm"):
             raise AttnforgeError("--no-verify works with --mode tl --translate builtin only", where="--no-verify",
                                  hint="a module written by a model is accepted only once it is verified in the sandbox")
@@ -146,6 +146,19 @@ class ModeRun:
         return f"FAILED: {self.error or (self.result.error if self.result else '')}"
 
 
+def refuse_unverifiable_gluon(options: LLMOptions, target: Target) -> None:
+    """Gluon kernels are verified natively on a GPU of their family only: without one, every
+    accepted program would fail at verification and send the model after a problem it cannot fix."""
+    if options.backend != "gluon" or not options.verify:
+        return
+    import torch
+
+    if not gpu_present() or torch.cuda.get_device_capability()[0] != target.cc[0]:
+        raise AttnforgeError(f"--llm with the gluon backend verifies its kernels on a {target.sm} GPU, and there is none here",
+                             where="--backend", hint="add --no-verify (the program is checked and interpreted, the kernel compiled for the "
+                                                      "target), or run on such a GPU, or use --backend triton")
+
+
 def gpu_present() -> bool:
     import torch
 
@@ -176,6 +189,7 @@ def run(options: LLMOptions, spec: AttentionSpec, target: Target, out: str | Pat
     kernel (``timer_for``: one per mode); default: on the GPU in a child process (without a GPU
     --optimize is refused)."""
     options.check()
+    refuse_unverifiable_gluon(options, target)
     if timer is None and timer_for is None:
         refuse_optimize_without_gpu(options)
     say = say or (lambda _line: None)
@@ -265,7 +279,7 @@ class _Run:
     def tl_then_builtin(self) -> None:
         rec = self.record
         s1 = write_tl(self.llm, self.spec, self.target, max_rounds=self.options.max_rounds, max_tokens=self.options.max_tokens,
-                      build=self.build_generate, say=self.say)
+                      build=self.build_generate, say=self.say, form=choose_backend(self.options.backend, self.spec, self.target).tl_form)
         rec.rounds += s1.rounds
         rec.result = s1.built if isinstance(s1.built, GenerateResult) else None
         self.stage_rounds.append(("llm-tl", s1.rounds))

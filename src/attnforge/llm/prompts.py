@@ -103,11 +103,23 @@ def _target(target: Target | str) -> Target:
     return get_target(target) if isinstance(target, str) else target
 
 
-def sketch_prompt(spec: AttentionSpec, target: Target | str) -> str:
-    """Stage 1, step 1: the TL sketch (parameters open)."""
+HOPPER_FORM_RULES = """- Write the Hopper form (the manual's section 11): the gluon backend translates it, and only in the
+  shape of `hopper_gqa_causal_fwd.tl` above. Two roles: `compute` on warps `0 : warps`, then `load`
+  on warps `warps : warps + 1` with `regs 24`; K and V in rings of `stages` slots filled by async
+  TMA copies that signal `k_ready`/`v_ready`, given back with `Arrive kv_free`; the compute loop's
+  statements in that program's order (Wait, async QK^T GEMM, Wait GEMM, scores, OnlineSoftmax,
+  Cast, Reshape, Wait, async PV GEMM, Wait GEMM, Arrive), at most two loops (tiles seen whole,
+  then masked ones); the epilogue Normalize, LogSumExp and the two stores. Features (masks, score
+  modifiers) use the statements of the portable examples inside that loop."""
+
+
+def sketch_prompt(spec: AttentionSpec, target: Target | str, form: str = "portable") -> str:
+    """Stage 1, step 1: the TL sketch (parameters open), in the TL form the backend translates."""
     t = _target(target)
+    names = (["hopper_gqa_causal_fwd"] if form == "hopper" else []) + examples_for(spec)
     return render("stage1_sketch", spec_facts=spec_facts(spec), semantics=semantics(), target_facts=target_facts(t),
-                  tl_manual=tl_manual(), examples=examples_text(examples_for(spec)), target_name=t.name, dtype=spec.dtype)
+                  tl_manual=tl_manual(), examples=examples_text(names), target_name=t.name, dtype=spec.dtype,
+                  form_rules=HOPPER_FORM_RULES if form == "hopper" else "")
 
 
 def params_prompt(spec: AttentionSpec, target: Target | str, sketch: str) -> str:

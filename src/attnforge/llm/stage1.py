@@ -59,12 +59,14 @@ class Stage1Result:
 
 
 def write_tl(llm: Tracked, spec: AttentionSpec, target: Target, *, max_rounds: int = DEFAULT_MAX_ROUNDS,
-             max_tokens: int = DEFAULT_MAX_TOKENS, build: Build | None = None, say: Say | None = None) -> Stage1Result:
-    """Ask ``llm`` for a TL program for ``spec`` on ``target`` until one passes every gate (see the module doc)."""
+             max_tokens: int = DEFAULT_MAX_TOKENS, build: Build | None = None, say: Say | None = None,
+             form: str = "portable") -> Stage1Result:
+    """Ask ``llm`` for a TL program for ``spec`` on ``target`` until one passes every gate (see the
+    module doc). ``form``: the TL form the backend translates ("hopper": roles, rings, barriers)."""
     check_max_rounds(max_rounds)
     say = say or (lambda _line: None)
     result = Stage1Result(False)
-    messages = [Message("user", prompts.sketch_prompt(spec, target))]
+    messages = [Message("user", prompts.sketch_prompt(spec, target, form=form))]
     prompt, phase, last = "stage1_sketch", "sketch", ""
     while len(result.rounds) < max_rounds:
         r = Round(len(result.rounds) + 1, "tl", prompt)
