@@ -7,6 +7,7 @@ when no GPU can verify), and the whole pipeline against a scripted OpenAI-compat
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,7 +45,7 @@ def abi(spec: AttentionSpec = SPEC, target=A100) -> tuple[str, str]:
 
 def refused(kernels: str, source: str) -> list[tuple[int, int, str]]:
     with pytest.raises(UnsafeCodeError) as err:
-        cuda_gate.check_cuda_kernels(kernels, cuda_gate.expected_headers(source))
+        cuda_gate.check_cuda_kernels(kernels, source)
     return err.value.problems
 
 
@@ -57,7 +58,7 @@ def refused(kernels: str, source: str) -> list[tuple[int, int, str]]:
 def test_the_backends_own_kernels_pass_and_compile_when_assembled(spec, target):
     t = get_target(target)
     source, kernels = abi(spec, t)
-    found = cuda_gate.check_cuda_kernels(kernels, cuda_gate.expected_headers(source))
+    found = cuda_gate.check_cuda_kernels(kernels, source)
     assert [name for name, _ in found] == ["attn_fwd"]
     assembled = cuda_gate.assemble(cuda_gate.head_of(source), kernels, found)
     assert assembled.count(KERNEL_MARK) == 1 and assembled.startswith(cuda_gate.head_of(source).rstrip("\n"))
@@ -74,16 +75,31 @@ def test_the_backends_own_kernels_pass_and_compile_when_assembled(spec, target):
     (("{\n", "{\n    int* p = new int[4];\n", 1), "new: device-side heap"),
     (("{\n", "{\n    cudaDeviceSynchronize();\n", 1), "the CUDA runtime is not for kernels"),
     (("extern", "__device__ int af_counter = 0;\nextern", 1), "a __device__ variable at file scope"),
-    (("extern", "__constant__ float af_table[4];\nextern", 1), "a __constant__ variable at file scope"),
+    (("extern", "__constant__ float af_table[4];\nextern", 1), "__constant__: a reserved identifier"),
     (("extern", "__global__ void helper() {}\nextern", 1), "not extern \"C\""),
     (("int Sk,", "int Sk, int extra,", 1), "header is not the ABI's"),
     (("__launch_bounds__(128)", "__launch_bounds__(256)", 1), "header is not the ABI's"),
     (("attn_fwd(", "attn_fwd2(", 1), "none of the program's kernels"),
     (("extern", "%:include <cstdio>\nextern", 1), "digraph"),
     (("{\n", "{\n    as\\\nm(\"trap;\");\n", 1), "a backslash"),
-    (("extern", "template <> __device__ __forceinline__ void af_cp_wait<0>() {}\nextern", 1), "af_cp_wait is declared here"),
-    (("{\n", "{\n    auto af_mma = [](float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {};\n", 1), "af_mma is declared here"),
+    (("extern", "template <> __device__ __forceinline__ void af_cp_wait<0>() {}\nextern", 1), "af_cp_wait outside a call"),
+    (("{\n", "{\n    auto af_mma = [](float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {};\n", 1), "af_mma outside a call"),
     (("{\n", "{\n    static int calls = 0;\n", 1), "static inside a function"),
+    # what a review found past an earlier gate (reproducers in the issue's note)
+    (("extern", "    #define AF_CAT(a, b) a ## b\nextern", 1), "preprocessor line"),
+    (("extern", "/**/ #include <cstdio>\nextern", 1), "preprocessor line"),
+    (("extern", "// a comment\r#define X\nextern", 1), "the character '\\r'"),
+    (("{\n", "{\n    __CONCAT(print, f)(0);\n", 1), "__CONCAT: a reserved identifier"),
+    (("{\n", "{\n    assert(Sq > 0);\n", 1), "assert: a macro of the headers"),
+    (("{\n", "{\n    float* p = (float*)__builtin_malloc(4);\n", 1), "__builtin_malloc: a reserved identifier"),
+    (("extern", "__attribute__((device)) int state;\nextern", 1), "__attribute__: a reserved identifier"),
+    (("extern", "__device__ int state{0};\nextern", 1), "a __device__ variable at file scope"),
+    (("extern", 'extern "C" { __device__ int state; }\nextern', 1), "extern: only"),
+    (("extern", "namespace ns { __device__ void f() {} }\nextern", 1), "namespace"),
+    (("extern", "__device__ __forceinline__ decltype(void()) g() {}\nextern", 1), "decltype"),
+    (("{\n", "{\n    auto&& af_mma = [](float (&c)[4], const uint32_t (&a)[4], uint32_t, uint32_t) {};\n", 1), "af_mma outside a call"),
+    (("{\n", "{\n    if (Sq < 0) <% }\n", 1), "digraphs"),
+    (("extern", "    // ---- kernel attn_fwd\nextern", 1), "a kernel mark inside a line"),
 ])
 def test_the_gate_refuses_with_the_place_and_the_reason(edit, says):
     source, kernels = abi()
@@ -101,7 +117,29 @@ def test_what_the_gate_allows():
                                         "__device__ __forceinline__ float af_twice(float x) { return 2.0f * x; }\n"
                                         "// a comment with \"quotes\" and asm in it\nextern", 1)
     allowed = allowed.replace("{\n", "{\n#pragma unroll 4\n    for (int i = 0; i < 4; ++i) {}\n", 1)
-    assert [n for n, _ in cuda_gate.check_cuda_kernels(allowed, cuda_gate.expected_headers(source))] == ["attn_fwd"]
+    assert [n for n, _ in cuda_gate.check_cuda_kernels(allowed, source)] == ["attn_fwd"]
+
+
+def test_the_ptx_audit_sees_what_the_tokens_hide():
+    """Waits under if (false) pass the lint's text and vanish from the PTX: the audit counts them."""
+    from attnforge.backends.cuda.compile import compile_cubin
+    from attnforge.backends.cuda.module import read_meta
+
+    source, kernels = abi()
+    own = compile_cubin(source, "sm_80")[1]
+    assert cuda_gate.ptx_problems(own, own, read_meta(source)) == []
+    hidden = kernels.replace("af_cp_wait<", "if (Sq < 0) af_cp_wait<")  # (a line that does not start with the wait: the lint refuses)
+    assert "if (Sq < 0)" in hidden
+    dead = re.sub(r"^(\s*)(af_cp_wait<\d+>\(\);)", r"\1if (false)\n\1    \2", kernels, count=1, flags=re.MULTILINE)
+    found = cuda_gate.check_cuda_kernels(dead, source)
+    assembled = cuda_gate.assemble(cuda_gate.head_of(source), dead, found)
+    problems = cuda_gate.ptx_problems(compile_cubin(assembled, "sm_80")[1], own, read_meta(assembled))
+    assert any("waits for cp.async groups fewer times" in p for p in problems), problems
+    fake = own.replace(".visible .entry attn_fwd(", ".global .align 4 .b8 state[4];\n.visible .entry attn_fwd(", 1) + "\n\ttrap;\n"
+    fake = fake.replace(".maxntid 128, 1, 1", ".maxntid 256, 1, 1").replace("\tret;", "\tcall.uni vprintf;\n\tret;", 1)
+    found = " | ".join(cuda_gate.ptx_problems(fake, own, read_meta(source)))
+    for words in ("module-scope declaration in the PTX: .global", "a call to vprintf", "the PTX has trap", ".maxntid is 256"):
+        assert words in found, words
 
 
 def test_a_missing_or_doubled_kernel():
@@ -115,7 +153,7 @@ def test_a_missing_or_doubled_kernel():
 def test_garbage_is_refused_or_passed_never_crashes(text):
     source, _ = abi()
     try:
-        cuda_gate.check_cuda_kernels(text, cuda_gate.expected_headers(source))
+        cuda_gate.check_cuda_kernels(text, source)
     except UnsafeCodeError as err:
         assert err.problems and all(isinstance(line, int) and line >= 1 for line, _, _ in err.problems)
 

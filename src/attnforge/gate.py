@@ -156,7 +156,7 @@ def _verify_model_cuda(path: Path, spec: AttentionSpec, target: Target, params: 
     source = path.read_text(encoding="utf-8", errors="replace")
     abi = get_backend("cuda").translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     cuda_gate.check_cuda_file(source, abi, file=str(path))
-    found = run_isolated(source, verify_cuda_file, spec.to_dict(), target.name, params,
+    found = run_isolated(source, verify_cuda_file, spec.to_dict(), target.name, params, abi,
                          limits=sandbox_limits(MODEL_MODULE_TIMEOUT_S, gpu=gpu_present()), file_name=CUDA_FILE)
     _take(found, verdict, progress)
 

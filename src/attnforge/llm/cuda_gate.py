@@ -1,40 +1,53 @@
 """The static gate for model-written CUDA C++ (``--translate llm --backend cuda``): what the kernels
-a model writes may say, checked on their tokens before nvcc sees them, and how they become a file.
+a model writes may say, checked on their tokens before nvcc sees them, how they become a file, and
+what the compiled PTX may hold.
 
 The model writes the kernels only. attnforge puts the file's head in front of them: the launch
 facts its loader reads (grid, threads, dynamic shared memory, the arguments in order) and the
 prelude of device helpers, the only PTX in the file. So the launch geometry and the inline
-assembly are attnforge's, and the gate refuses, each with line:col and the reason:
+assembly are attnforge's. The gate reads the kernels as the compiler will (comments dropped,
+newlines kept) and refuses, each with line:col and the reason:
 
-* inline assembly (``asm``, ``__asm__``): MMAs, ldmatrix and cp.async go through the prelude's
-  wrappers (``af_mma``, ``af_ldsm_x4``, ``af_copy16``, ...);
-* every preprocessor line but ``#pragma unroll``: no ``#include`` (the prelude includes what is
-  needed), no macro that could hide a refused token;
-* string and character literals, but the ``"C"`` of ``extern "C"``: nothing for printf or asm to take;
-* the device-side heap, printing, traps and launches (``malloc``, ``free``, ``new``, ``delete``,
-  ``printf``, ``__trap``, ``__brkpt``, ``<<<``) and the CUDA runtime's ``cuda*`` calls;
-* variables that outlive a launch: ``__device__``, ``__managed__`` and ``__constant__`` variables at
-  file scope (``extern __shared__`` arrays are allowed: they are the dynamic shared memory);
+* characters outside printable ASCII, tabs and newlines (a lone carriage return or a form feed
+  ends a line for the preprocessor, not for a reader), backslashes (line splices, universal
+  character names), and digraphs (``%:``, ``<%``, ``<:`` ...) and ``[[`` attributes;
+* every ``#`` but a ``#pragma unroll [N]`` line of its own; string and character literals but the
+  ``"C"`` of ``extern "C"``;
+* inline assembly, and every reserved identifier (``__x``, ``_X``) but the CUDA qualifiers and
+  intrinsics in ``RESERVED_ALLOWED``: ``__builtin_malloc``, ``__assert_fail``,
+  ``__attribute__``, ``__CONCAT`` are refused with the rest; every macro the head defines
+  (``assert``, ``AF_MMA_TYPE`` ...: a macro can rebuild a refused token) but the numeric
+  constants in ``MACROS_ALLOWED``;
+* the words that build or rename declarations the gate would have to follow (``namespace``,
+  ``using``, ``template``, ``decltype``, ``typedef``, ``operator``), ``malloc``, ``free``,
+  ``new``, ``delete``, ``printf``, the CUDA runtime's ``cuda*`` calls and ``<<<`` launches;
+  ``extern`` but in ``extern "C" __global__`` and ``extern __shared__``;
+* state that outlives a launch: ``__device__``, ``__managed__`` and ``__constant__`` variables at
+  file scope, ``static`` inside a function;
+* the prelude's names anywhere but in a call (``af_mma(``, ``af_cp_wait<2>(``): no overload,
+  specialisation, lambda or pointer can stand in for a helper the lint and the ABI rely on;
 * kernels other than the program's: each TL kernel is one ``extern "C" __global__`` function with
-  the ABI's name, launch bounds and parameters (the loader passes exactly those), and there is no
-  other ``__global__`` function;
-* what would change the prelude's meaning: a declaration of one of its names (a lambda, overload
-  or specialisation that the kernels' calls would reach instead of the prelude's helper, e.g. an
-  ``af_cp_wait`` that waits for nothing), ``static`` inside a function (device statics outlive a
-  launch);
-* what changes the tokens before the compiler's tokenizer sees them: backslashes (line splices,
-  universal character names) and the ``%:`` digraph of ``#``.
+  the ABI's name, launch bounds and parameters (the loader passes exactly those), and no other
+  ``__global__`` function.
 
-What a token check cannot see (a pointer walked past its tensor) stays in the sandbox's child
-process with the kernel; the verification that follows decides whether the answer is right, and
-the backend's pipeline lint (one ``af_cp_wait`` per Copy at its depth) runs before nvcc as for
-attnforge's own kernels.
+After nvcc, ``ptx_problems`` checks the compiled kernels as the gate cannot: exactly the ABI's
+entry points with its thread count, no module-scope global or constant variables, no call to a
+function outside the file (``malloc``, ``vprintf``, ``__assertfail``), no ``trap``, ``brkpt`` or
+``exit``, no cluster or register directives, and at least as many ``cp.async.wait_group`` of each
+depth as attnforge's own translation of the program has. What neither sees (a pointer walked past
+its tensor) stays in the sandbox's child process with the kernel, and verification decides.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
+import subprocess
+import tempfile
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..backends.cuda.module import KERNEL_MARK
 from ..backends.cuda.prelude import PRELUDE
@@ -43,27 +56,48 @@ from .errors import UnsafeCodeError
 MAX_SOURCE_CHARS = 256 * 1024
 _TOKEN = re.compile(r"""
     (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
-  | (?P<pre>^[ \t]*\#[^\n]*)
-  | (?P<string>"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?)
+  | (?P<newline>\n)
+  | (?P<space>[ \t]+)
+  | (?P<string>"(?:[^"\\\n])*"?|'(?:[^'\\\n])*'?)
+  | (?P<digraph><%|%>|<:|:>|%:|\[\[)
   | (?P<launch><<<)
-  | (?P<splice>\\|%:)
   | (?P<word>[A-Za-z_]\w*)
   | (?P<number>\d[\w.]*)
-  | (?P<space>\s+)
   | (?P<punct>.)
-""", re.VERBOSE | re.MULTILINE | re.DOTALL)
+""", re.VERBOSE | re.DOTALL)
+_ALLOWED_CHARS = re.compile(r"[^\x20-\x5b\x5d-\x7e\n\t]")  # printable ASCII but the backslash, tabs, newlines
+HINT = ("write only the program's kernels, with the ABI's headers, calling the prelude's helpers for PTX: no asm, no "
+        "preprocessor lines but #pragma unroll, no strings, macros, templates or namespaces, no heap, printf or device launches")
+
 REFUSED_WORDS = {
     "asm": "inline assembly: use the prelude's wrappers (af_mma, af_ldsm_x4, af_copy16, ...)",
-    "__asm__": "inline assembly: use the prelude's wrappers (af_mma, af_ldsm_x4, af_copy16, ...)",
-    "__asm": "inline assembly: use the prelude's wrappers (af_mma, af_ldsm_x4, af_copy16, ...)",
     "malloc": "device-side heap allocation", "free": "device-side heap allocation", "new": "device-side heap allocation",
-    "delete": "device-side heap allocation", "printf": "device-side printing", "__trap": "a device trap", "__brkpt": "a breakpoint",
-    "__managed__": "managed memory",
+    "delete": "device-side heap allocation", "printf": "device-side printing",
+    "namespace": "a namespace (write plain __device__ helpers)", "using": "a using-declaration or alias",
+    "template": "a template (write plain __device__ helpers)", "decltype": "decltype", "typedef": "a typedef",
+    "operator": "an operator overload", "thread_local": "thread-local state",
 }
+# Reserved identifiers a kernel may use: CUDA's qualifiers, types and intrinsics (attnforge's own
+# kernels use the first line's). Anything else reserved is refused: compiler builtins and the
+# headers' internal macros reach past the gate (``__builtin_malloc``, ``__CONCAT``, ``__attribute__``).
+RESERVED_ALLOWED = frozenset("""
+    __align__ __global__ __half __launch_bounds__ __nv_bfloat16 __restrict__ __shared__ __syncthreads
+    __device__ __forceinline__ __noinline__ __half2 __nv_bfloat162 __syncwarp
+    __shfl_xor_sync __shfl_sync __shfl_down_sync __shfl_up_sync __any_sync __all_sync __ballot_sync __activemask
+    __expf __exp10f __logf __log2f __log10f __powf __fdividef __frcp_rn __fsqrt_rn __frsqrt_rn __saturatef __sinf __cosf __tanf
+    __fmaf_rn __fmul_rn __fadd_rn __fsub_rn __fdiv_rn __fmaf_rz __fmul_rz __fadd_rz
+    __float2half __float2half_rn __half2float __float2bfloat16 __float2bfloat16_rn __bfloat162float
+    __floats2half2_rn __floats2bfloat162_rn __float22half2_rn __float22bfloat162_rn __low2float __high2float
+    __int_as_float __float_as_int __float_as_uint __uint_as_float __ldg __popc __ffs __clz __umulhi __mulhi __mul24 __umul24
+""".split())
+# Object-like macros of the head that are plain numbers.
+MACROS_ALLOWED = frozenset("""
+    INFINITY NAN HUGE_VALF FLT_MAX FLT_MIN FLT_EPSILON INT_MAX INT_MIN UINT_MAX INT32_MAX INT32_MIN UINT32_MAX INT64_MAX
+    CUDART_INF_F CUDART_NAN_F CUDART_PI_F CUDART_LN2_F CUDART_L2E_F CUDART_ZERO_F CUDART_ONE_F CUDART_MAX_NORMAL_F
+""".split())
 STATE_QUALIFIERS = ("__device__", "__managed__", "__constant__")
 PRELUDE_NAMES = frozenset(re.findall(r"\baf_\w+", PRELUDE))  # the helpers and types the prelude defines
-HINT = ("write only the program's kernels, with the ABI's headers, calling the prelude's helpers for PTX: no asm, no "
-        "preprocessor lines but #pragma unroll, no strings, no heap, printf or device launches")
+PRELUDE_TYPES = frozenset({"af_elem"})
 
 
 @dataclass(frozen=True)
@@ -72,19 +106,25 @@ class Token:
     text: str
     line: int
     col: int
+    line_start: bool  # only spaces and tabs before it on its line
 
 
 def tokens(source: str) -> list[Token]:
-    """The source's tokens with 1-based line:col, comments and whitespace dropped."""
-    out, line, start = [], 1, 0
+    """The source's tokens with 1-based line:col; comments and spaces dropped, newlines kept."""
+    out, line, start, fresh = [], 1, 0, True
     for m in _TOKEN.finditer(source):
         kind, text = m.lastgroup, m.group()
+        if kind == "newline":
+            line, start, fresh = line + 1, m.end(), True
+            continue
         if kind not in ("comment", "space"):
-            out.append(Token(kind, text, line, m.start() - start + 1))
-        newlines = text.count("\n")
-        if newlines:
-            line += newlines
-            start = m.start() + text.rindex("\n") + 1
+            out.append(Token(kind, text, line, m.start() - start + 1, fresh))
+            fresh = False
+        elif kind == "comment":
+            fresh = False  # a directive after a comment on its line is not a line of its own
+            if "\n" in text:
+                line += text.count("\n")
+                start = m.start() + text.rindex("\n") + 1
     return out
 
 
@@ -94,7 +134,7 @@ def expected_headers(deterministic_source: str) -> dict[str, list[str]]:
     out = {}
     for part in deterministic_source.split(KERNEL_MARK)[1:]:
         name = part.split("\n", 1)[0].strip()
-        toks = [t.text for t in tokens(part.split("\n", 1)[1]) if t.kind != "pre"]
+        toks = [t.text for t in tokens(part.split("\n", 1)[1])]
         start = toks.index("extern")
         out[name] = toks[start:toks.index("{", start)]
     return out
@@ -111,39 +151,54 @@ def header_text(deterministic_source: str) -> str:
     return "\n".join(out).rstrip("\n")
 
 
-def check_cuda_kernels(source: str, headers: dict[str, list[str]], *, file: str = "kernel_cuda.cu") -> list[tuple[str, int]]:
+def head_of(deterministic_source: str) -> str:
+    """The part of the backend's own file before its first kernel: launch facts and prelude."""
+    return deterministic_source[:deterministic_source.index(KERNEL_MARK)]
+
+
+@functools.lru_cache(maxsize=8)
+def head_macros(head: str) -> frozenset[str]:
+    """Every macro defined once the head is read (its own and its headers'), from nvcc's preprocessor."""
+    from ..backends.cuda.compile import find_nvcc
+
+    with tempfile.TemporaryDirectory(prefix="attnforge-gate-") as tmp:
+        path = Path(tmp) / f"head-{hashlib.sha256(head.encode()).hexdigest()[:12]}.cu"
+        path.write_text(head)
+        proc = subprocess.run([find_nvcc(), "-E", "-Xcompiler", "-dM", "-arch=sm_80", str(path)], capture_output=True, text=True, cwd=tmp)
+    if proc.returncode != 0:
+        raise UnsafeCodeError([(1, 1, f"nvcc could not list the head's macros: {proc.stderr.strip()[:200]}")], hint=HINT)
+    return frozenset(re.findall(r"^#define (\w+)", proc.stdout, re.MULTILINE))
+
+
+def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda.cu") -> list[tuple[str, int]]:
     """Refuse what the module docstring lists (``UnsafeCodeError`` with every problem found);
     return each kernel's name and the 0-based line its ``extern "C"`` stands on, in source order."""
-    problems: list[tuple[int, int, str]] = []
     if len(source) > MAX_SOURCE_CHARS:
         raise UnsafeCodeError([(1, 1, f"the kernels are {len(source):,} characters; at most {MAX_SOURCE_CHARS:,}")], file=file, hint=HINT)
+    problems: list[tuple[int, int, str]] = []
+    for m in _ALLOWED_CHARS.finditer(source):
+        line = source.count("\n", 0, m.start()) + 1
+        col = m.start() - (source.rfind("\n", 0, m.start()) + 1) + 1
+        what = "a backslash (line splice, universal character name)" if m.group() == "\\" else f"the character {m.group()!r}"
+        problems.append((line, col, f"{what}: only printable ASCII, tabs and newlines"))
+        if len(problems) > 20:
+            break
+    for m in re.finditer(re.escape(KERNEL_MARK.strip()), source):
+        start = source.rfind("\n", 0, m.start()) + 1
+        if source[start:m.start()]:  # (a mark at the very start of a line is attnforge's to place: assemble blanks it)
+            problems.append((source.count("\n", 0, m.start()) + 1, m.start() - start + 1,
+                             "a kernel mark inside a line: the lint finds each kernel by the marks attnforge places"))
+    headers = expected_headers(abi_source)
+    macros = head_macros(head_of(abi_source)) - MACROS_ALLOWED - RESERVED_ALLOWED  # (__global__ and its kind are macros too)
     toks = tokens(source)
     depth = 0
     found: list[tuple[str, int]] = []
+    lines = source.split("\n")
     for i, t in enumerate(toks):
-        if t.kind == "pre":
-            if not re.fullmatch(r"\s*#\s*pragma\s+unroll(\s+\d+)?\s*", t.text):
-                problems.append((t.line, t.col, f"the preprocessor line {t.text.strip()[:60]!r}: only #pragma unroll is allowed "
-                                                "(the prelude includes what the kernels need)"))
-        elif t.kind == "string" and not (t.text == '"C"' and i > 0 and toks[i - 1].text == "extern"):
-            problems.append((t.line, t.col, "a string or character literal: the kernels need none (no printf, no asm)"))
-        elif t.kind == "launch":
-            problems.append((t.line, t.col, "a kernel launch from device code"))
-        elif t.kind == "splice":
-            problems.append((t.line, t.col, f"{t.text!r}: a backslash (line splice, universal character name) or the %: digraph "
-                                            "changes tokens before the compiler reads them"))
-        elif t.kind == "word" and t.text in PRELUDE_NAMES and _declares(toks, i, depth):
-            problems.append((t.line, t.col, f"{t.text} is declared here: it is the prelude's (call it; give your own helpers "
-                                            "other names)"))
-        elif t.kind == "word" and t.text == "static" and depth > 0:
-            problems.append((t.line, t.col, "static inside a function: device statics outlive a launch"))
-        elif t.kind == "word" and t.text in REFUSED_WORDS:
-            problems.append((t.line, t.col, f"{t.text}: {REFUSED_WORDS[t.text]}"))
-        elif t.kind == "word" and re.match(r"cuda[A-Z]", t.text):
-            problems.append((t.line, t.col, f"{t.text}: the CUDA runtime is not for kernels to call"))
-        elif t.kind == "word" and t.text in STATE_QUALIFIERS and depth == 0 and _declares_variable(toks, i):
-            problems.append((t.line, t.col, f"a {t.text} variable at file scope: state that outlives a launch"))
-        elif t.kind == "word" and t.text == "__global__":
+        why = _refusal(toks, i, depth, macros, lines)
+        if why is not None:
+            problems.append((t.line, t.col, why))
+        elif t.text == "__global__":
             name = _kernel_at(toks, i, headers, problems)
             if name is not None:
                 found.append((name, toks[i - 2].line - 1))
@@ -158,35 +213,73 @@ def check_cuda_kernels(source: str, headers: dict[str, list[str]], *, file: str 
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append((1, 1, f"kernel {name} is written {names.count(name)} times"))
     if problems:
-        raise UnsafeCodeError(sorted(problems), file=file, hint=HINT)
+        raise UnsafeCodeError(sorted(set(problems)), file=file, hint=HINT)
     return found
 
 
-_NOT_A_TYPE = frozenset({"return", "else", "do", "case", "throw", "sizeof", "co_return", "co_yield", "goto"})
+def _refusal(toks: list[Token], i: int, depth: int, macros: frozenset[str], lines: list[str]) -> str | None:
+    """Why the token at ``i`` is refused, or None."""
+    t = toks[i]
+    text = t.text
+    if t.kind == "punct" and text == "#":
+        line = lines[t.line - 1] if t.line <= len(lines) else ""
+        if t.line_start and re.fullmatch(r"[ \t]*#[ \t]*pragma[ \t]+unroll([ \t]+\d+)?[ \t]*", line):
+            return None
+        return f"the preprocessor line {line.strip()[:60]!r}: only a #pragma unroll line is allowed (the prelude includes what the kernels need)"
+    if t.kind == "string":
+        ok = text == '"C"' and i > 0 and toks[i - 1].text == "extern"
+        return None if ok else "a string or character literal: the kernels need none (no printf, no asm)"
+    if t.kind == "digraph":
+        return f"{text!r}: digraphs and [[attributes]] are not for kernels"
+    if t.kind == "launch":
+        return "a kernel launch from device code"
+    if t.kind != "word":
+        return None
+    if text in REFUSED_WORDS:
+        return f"{text}: {REFUSED_WORDS[text]}"
+    if (text.startswith("__") or re.match(r"_[A-Z]", text)) and text not in RESERVED_ALLOWED:
+        return f"{text}: a reserved identifier that is not one of CUDA's qualifiers or intrinsics a kernel needs"
+    if text in macros:
+        return f"{text}: a macro of the headers (a macro can rebuild a refused token)"
+    if re.match(r"cuda[A-Z]", text):
+        return f"{text}: the CUDA runtime is not for kernels to call"
+    if text == "extern":
+        after = [x.text for x in toks[i + 1:i + 3]]
+        if after != ['"C"', "__global__"] and after[:1] != ["__shared__"]:
+            return "extern: only extern \"C\" __global__ kernels and extern __shared__ arrays"
+    if text == "static" and depth > 0:
+        return "static inside a function: device statics outlive a launch"
+    if text in STATE_QUALIFIERS and depth == 0 and _declares_variable(toks, i):
+        return f"a {text} variable at file scope: state that outlives a launch"
+    if text in PRELUDE_NAMES and text not in PRELUDE_TYPES and not _called(toks, i, depth):
+        return f"{text} outside a call: the prelude's helpers are called (af_mma(...), af_cp_wait<N>()), never redeclared or aliased"
+    return None
 
 
-def _declares(toks: list[Token], i: int, depth: int) -> bool:
-    """Whether the name at ``toks[i]`` is being declared: a type or qualifier word stands right
-    before it (``void af_x(``, ``auto af_x =``), or at file scope a ``>``, ``*`` or ``&`` does, and
-    a parameter list, template arguments or an initialiser follows (``const af_elem* p`` uses a type)."""
-    if i + 1 < len(toks) and toks[i + 1].text not in ("(", "<", "=", ";", "[", "{", ","):
+def _called(toks: list[Token], i: int, depth: int) -> bool:
+    """Whether the prelude name at ``toks[i]`` is called: ``name(`` or ``name<N>(`` inside a
+    function, after an operator, a bracket or a statement keyword; not after a type (a
+    declaration), nor after ``::``."""
+    nxt = [x.text for x in toks[i + 1:i + 5]]
+    if not (nxt[:1] == ["("] or (nxt[:1] == ["<"] and len(nxt) == 4 and toks[i + 2].kind == "number" and nxt[2:] == [">", "("])):
         return False
-    if i == 0:
-        return depth == 0
+    if i == 0 or depth == 0:
+        return False
     prev = toks[i - 1]
     if prev.kind == "word":
-        return prev.text not in _NOT_A_TYPE
-    return depth == 0 and prev.text in (">", "*", "&")
+        return prev.text in ("return", "else", "do", "case")
+    return prev.text != ":" or toks[i - 2].text != ":"
 
 
 def _declares_variable(toks: list[Token], i: int) -> bool:
-    """Whether the declaration starting at ``toks[i]`` is a variable (``;`` or ``=`` comes before ``(`` or ``{``)."""
+    """Whether the declaration starting at ``toks[i]`` is a variable: ``;``, ``=``, ``{`` or ``[``
+    comes before any ``(`` (``__device__ int x{0};``, ``x[(1)]``)."""
     for t in toks[i + 1:i + 64]:
-        if t.text in ("(", "{"):
+        if t.text == "(":
             return False
-        if t.text in (";", "="):
+        if t.text in (";", "=", "{", "["):
             return True
-    return False
+    return True
 
 
 def _kernel_at(toks: list[Token], i: int, headers: dict[str, list[str]], problems: list) -> str | None:
@@ -218,11 +311,6 @@ def assemble(head: str, kernels: str, found: list[tuple[str, int]]) -> str:
     return head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
 
 
-def head_of(deterministic_source: str) -> str:
-    """The part of the backend's own file before its first kernel: launch facts and prelude."""
-    return deterministic_source[:deterministic_source.index(KERNEL_MARK)]
-
-
 def check_cuda_file(source: str, abi_source: str, *, file: str = "kernel_cuda.cu") -> None:
     """A whole model-written CUDA file, as a kernel directory holds it (``attnforge verify``): the
     head must be attnforge's own for the program (``abi_source``: the backend's translation) and
@@ -235,6 +323,48 @@ def check_cuda_file(source: str, abi_source: str, *, file: str = "kernel_cuda.cu
     rest = source[len(head):]
     offset = head.count("\n")
     try:
-        check_cuda_kernels(rest, expected_headers(abi_source), file=file)
+        check_cuda_kernels(rest, abi_source, file=file)
     except UnsafeCodeError as err:  # (lines counted in the whole file)
         raise UnsafeCodeError([(line + offset, col, reason) for line, col, reason in err.problems], file=file, hint=HINT) from None
+
+
+# ------------------------------------------------------------------------------ after nvcc
+
+_WAIT = re.compile(r"\bcp\.async\.wait_group \d+")
+
+
+def ptx_problems(ptx: str, own_ptx: str, meta: dict) -> list[str]:
+    """What the compiled kernels may not hold (see the module docstring); ``own_ptx``: attnforge's
+    own translation of the program compiled for the same architecture; ``meta``: the launch facts."""
+    problems = []
+    entries = re.findall(r"^\.(?:visible )?\.entry (\w+)", ptx, re.MULTILINE)
+    want = [k["name"] for k in meta["kernels"]]
+    if sorted(entries) != sorted(want):
+        problems.append(f"the PTX's kernels are {', '.join(entries) or 'none'}; the ABI's are {', '.join(want)}")
+    for line in re.findall(r"^\.(?:global|const|extern \.func|weak)\b[^\n]*", ptx, re.MULTILINE):
+        problems.append(f"a module-scope declaration in the PTX: {line.strip()[:100]}")
+    defined = set(re.findall(r"^\.(?:visible |weak )?\.func\s+(?:\([^)]*\)\s*)?(\w+)", ptx, re.MULTILINE))
+    for name in sorted(set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", ptx)) - defined):
+        problems.append(f"a call to {name}, which is not in the file")
+    for op in sorted(set(re.findall(r"^\s*(?:@!?%\w+\s+)?(trap|brkpt|exit);", ptx, re.MULTILINE))):
+        problems.append(f"the PTX has {op}")
+    for directive in sorted(set(re.findall(r"^\s*\.(maxnreg|reqnctapercluster|explicitcluster|maxclusterrank|minnctapersm)\b", ptx, re.MULTILINE))):
+        problems.append(f"the PTX has .{directive}: the launch is attnforge's")
+    threads = {k["name"]: k["threads"] for k in meta["kernels"]}
+    for name, body in _entries(ptx).items():
+        bounds = re.findall(r"\.maxntid (\d+), 1, 1", body[:2000])
+        if name in threads and bounds != [str(threads[name])]:
+            problems.append(f"kernel {name}'s .maxntid is {', '.join(bounds) or 'missing'}; the ABI launches {threads[name]} threads")
+    own = {name: Counter(_WAIT.findall(body)) for name, body in _entries(own_ptx).items()}
+    for name, body in _entries(ptx).items():
+        short = own.get(name, Counter()) - Counter(_WAIT.findall(body))
+        if short:
+            problems.append(f"kernel {name} waits for cp.async groups fewer times than its pipeline needs "
+                            f"(missing: {', '.join(f'{w} x{c}' for w, c in sorted(short.items()))}): a tile would be read before it lands")
+    return problems
+
+
+def _entries(ptx: str) -> dict[str, str]:
+    """Entry name -> its PTX text, up to the next entry."""
+    marks = [(m.group(1), m.start()) for m in re.finditer(r"^\.(?:visible )?\.entry (\w+)", ptx, re.MULTILINE)]
+    return {name: ptx[start:(marks[k + 1][1] if k + 1 < len(marks) else len(ptx))] for k, (name, start) in enumerate(marks)}

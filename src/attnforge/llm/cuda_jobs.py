@@ -1,6 +1,8 @@
 """The sandbox job for model-written CUDA kernels (``sandbox.run_isolated(file, verify_cuda_file, ...)``):
 the assembled file (attnforge's head, the model's kernels) compiled for the target as attnforge's
-own CUDA kernels are (the pipeline lint, nvcc, the SASS report, the fit to the target), then loaded
+own CUDA kernels are (the pipeline lint, nvcc, the SASS report, the fit to the target), its PTX
+audited (``cuda_gate.ptx_problems``: entry points, module-scope state, outside calls, traps,
+launch directives, cp.async waits against attnforge's own translation), then loaded
 for the local GPU and verified with the same verifier (fresh poisoned inputs, odd shapes, both
 layouts, the spec's float64 reference).
 
@@ -18,10 +20,14 @@ from .kernel_jobs import ModuleVerdict
 UNVERIFIABLE = "unverifiable"
 
 
-def verify_cuda_file(path: Path, spec_fields: dict, target_name: str, params: dict[str, int]) -> ModuleVerdict:
+def verify_cuda_file(path: Path, spec_fields: dict, target_name: str, params: dict[str, int], abi_source: str) -> ModuleVerdict:
+    """``abi_source``: attnforge's own translation of the program, whose compiled PTX the model's
+    is held against (``cuda_gate.ptx_problems``)."""
     import torch
 
-    from ..backends.cuda.compile import compile_for_target
+    from ..backends.cuda.compile import arch_of, compile_cubin, compile_for_target
+    from ..backends.cuda.module import read_meta
+    from .cuda_gate import ptx_problems
     from ..backends.cuda.kernel import CudaKernel
     from ..compile_report import check_fits
     from ..errors import AttnforgeError, DoesNotFitError
@@ -42,6 +48,9 @@ def verify_cuda_file(path: Path, spec_fields: dict, target_name: str, params: di
             check_fits(report, target)
         except DoesNotFitError as err:
             verdict.problems.append(("does-not-fit", err.message))
+    source = Path(path).read_text()
+    ptx, own_ptx = (compile_cubin(text, arch_of(target))[1] for text in (source, abi_source))  # (cached by content)
+    verdict.problems += [("ptx", text) for text in ptx_problems(ptx, own_ptx, read_meta(source))]
     if verdict.problems:
         return verdict
     if not torch.cuda.is_available():

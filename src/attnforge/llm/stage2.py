@@ -116,7 +116,7 @@ def _judge_cuda(answer: str, spec: AttentionSpec, target: Target, params: dict[s
         r.failure, r.codes = "extract", ["extract"]
         return f"No CUDA kernels could be taken from your answer: {err.message} (hint: {err.hint})"
     try:
-        found = cuda_gate.check_cuda_kernels(kernels, cuda_gate.expected_headers(abi_source), file=CUDA_FILE)
+        found = cuda_gate.check_cuda_kernels(kernels, abi_source, file=CUDA_FILE)
     except UnsafeCodeError as err:
         r.failure, r.codes = "unsafe", [reason.split(":", 1)[0][:40] for _, _, reason in err.problems]
         r.note = err.problems[0][2]
@@ -124,7 +124,7 @@ def _judge_cuda(answer: str, spec: AttentionSpec, target: Target, params: dict[s
     source = cuda_gate.assemble(cuda_gate.head_of(abi_source), kernels, found)
     result.source = source
     try:
-        verdict = run_isolated(source, verify_cuda_file, spec.to_dict(), target.name, params, limits=limits, file_name=CUDA_FILE)
+        verdict = run_isolated(source, verify_cuda_file, spec.to_dict(), target.name, params, abi_source, limits=limits, file_name=CUDA_FILE)
     except SandboxError as err:
         r.failure, r.codes, r.note = f"sandbox-{err.kind}", [err.kind], err.message
         return kernel_feedback.sandbox_text(err)
