@@ -6,6 +6,7 @@ when no GPU can verify), and the whole pipeline against a scripted OpenAI-compat
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -37,6 +38,7 @@ def _env(clean_env):
     return clean_env
 
 
+@functools.lru_cache(maxsize=None)
 def abi(spec: AttentionSpec = SPEC, target=A100) -> tuple[str, str]:
     """(the CUDA backend's own file for the planner's program, the kernels part a model would write)."""
     source = get_backend("cuda").translate(parse(program(spec)), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source

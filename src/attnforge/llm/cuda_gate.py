@@ -89,6 +89,12 @@ RESERVED_ALLOWED = frozenset("""
     __float2half __float2half_rn __half2float __float2bfloat16 __float2bfloat16_rn __bfloat162float
     __floats2half2_rn __floats2bfloat162_rn __float22half2_rn __float22bfloat162_rn __low2float __high2float
     __int_as_float __float_as_int __float_as_uint __uint_as_float __ldg __popc __ffs __clz __umulhi __mulhi __mul24 __umul24
+    __float2int_rn __float2int_rz __float2uint_rn __int2float_rn __uint2float_rn __brev __byte_perm __threadfence_block
+    __reduce_add_sync __reduce_min_sync __reduce_max_sync
+    __hadd __hsub __hmul __hdiv __hfma __hneg __habs __hmax __hmin __heq __hne __hlt __hle __hgt __hge __hisnan __hisinf
+    __hadd2 __hsub2 __hmul2 __hfma2 __hneg2 __habs2 __hmax2 __hmin2 __half2half2 __halves2half2 __low2half __high2half
+    __half22float2 __float2half2_rn __bfloat1622float2 __bfloat162bfloat162 __halves2bfloat162 __low2bfloat16 __high2bfloat16
+    __float22half2_rn
 """.split())
 # Object-like macros of the head that are plain numbers.
 MACROS_ALLOWED = frozenset("""
@@ -128,6 +134,7 @@ def tokens(source: str) -> list[Token]:
     return out
 
 
+@functools.lru_cache(maxsize=8)
 def expected_headers(deterministic_source: str) -> dict[str, list[str]]:
     """Kernel name -> the tokens of its header (``extern "C" ... NAME(...)`` up to ``{``), from the
     backend's own translation of the same TL program: the ABI the loader launches."""
