@@ -102,6 +102,12 @@ def test_the_backends_own_kernels_pass_and_compile_when_assembled(spec, target):
     (("{\n", "{\n    auto&& af_mma = [](float (&c)[4], const uint32_t (&a)[4], uint32_t, uint32_t) {};\n", 1), "af_mma outside a call"),
     (("{\n", "{\n    if (Sq < 0) <% }\n", 1), "digraphs"),
     (("extern", "    // ---- kernel attn_fwd\nextern", 1), "a kernel mark inside a line"),
+    # a second review's
+    (("{\n", "{\n    if (clock64() > 0) o_ptr[0] = 0;\n", 1), "clock64: a clock"),
+    (("extern", "struct S { friend __device__ int* af_mma(float*); };\nextern", 1), "friend"),
+    (("extern", "__device__ int (g);\nextern", 1), "a __device__ variable at file scope"),
+    (("extern", "__device__ __align__(4) int g;\nextern", 1), "a __device__ variable at file scope"),
+    (("{\n", "{\n    auto&& af_mma([](float (&c)[4], const uint32_t (&a)[4], uint32_t, uint32_t) {});\n", 1), "af_mma outside a call"),
 ])
 def test_the_gate_refuses_with_the_place_and_the_reason(edit, says):
     source, kernels = abi()
@@ -118,30 +124,56 @@ def test_what_the_gate_allows():
     allowed = kernels.replace("extern", "extern __shared__ __align__(16) unsigned char af_smem_alias[];\n"
                                         "__device__ __forceinline__ float af_twice(float x) { return 2.0f * x; }\n"
                                         "// a comment with \"quotes\" and asm in it\nextern", 1)
-    allowed = allowed.replace("{\n", "{\n#pragma unroll 4\n    for (int i = 0; i < 4; ++i) {}\n", 1)
+    allowed = allowed.replace("{\n", "{\n#pragma unroll 4 // a comment\n    for (int i = 0; i < 4; ++i) {}\n#pragma unroll(2)\n"
+                                      "    for (int i = 0; i < 1'000; ++i) {}\n    static constexpr float k_log2e = M_LOG2E;  // ·\n", 1)
     assert [n for n, _ in cuda_gate.check_cuda_kernels(allowed, source)] == ["attn_fwd"]
 
 
 def test_the_ptx_audit_sees_what_the_tokens_hide():
-    """Waits under if (false) pass the lint's text and vanish from the PTX: the audit counts them."""
+    """Waits under a condition are refused by the gate; commits deleted pass the gate and the lint
+    (which reads the waits) and vanish from the PTX: the audit counts them against attnforge's own."""
     from attnforge.backends.cuda.compile import compile_cubin
     from attnforge.backends.cuda.module import read_meta
 
     source, kernels = abi()
     own = compile_cubin(source, "sm_80")[1]
     assert cuda_gate.ptx_problems(own, own, read_meta(source)) == []
-    hidden = kernels.replace("af_cp_wait<", "if (Sq < 0) af_cp_wait<")  # (a line that does not start with the wait: the lint refuses)
-    assert "if (Sq < 0)" in hidden
-    dead = re.sub(r"^(\s*)(af_cp_wait<\d+>\(\);)", r"\1if (false)\n\1    \2", kernels, count=1, flags=re.MULTILINE)
-    found = cuda_gate.check_cuda_kernels(dead, source)
-    assembled = cuda_gate.assemble(cuda_gate.head_of(source), dead, found)
+    for condition in ("if (Sq < 0)\n", "if (threadIdx.x == 0) {\n"):
+        dead = re.sub(r"^(\s*)(af_cp_wait<\d+>\(\);)", rf"\1{condition}\1    \2" + ("}" if "{" in condition else ""), kernels, count=1,
+                      flags=re.MULTILINE)
+        assert any("af_cp_wait under a condition" in r for _, _, r in refused(dead, source))
+    uncommitted = re.sub(r"^\s*af_cp_commit\(\);[^\n]*\n", "", kernels, flags=re.MULTILINE)
+    found = cuda_gate.check_cuda_kernels(uncommitted, source)
+    assembled = cuda_gate.assemble(cuda_gate.head_of(source), uncommitted, found)
     problems = cuda_gate.ptx_problems(compile_cubin(assembled, "sm_80")[1], own, read_meta(assembled))
-    assert any("waits for cp.async groups fewer times" in p for p in problems), problems
+    assert any("commits cp.async groups fewer times" in p and "commit_group" in p for p in problems), problems
     fake = own.replace(".visible .entry attn_fwd(", ".global .align 4 .b8 state[4];\n.visible .entry attn_fwd(", 1) + "\n\ttrap;\n"
     fake = fake.replace(".maxntid 128, 1, 1", ".maxntid 256, 1, 1").replace("\tret;", "\tcall.uni vprintf;\n\tret;", 1)
     found = " | ".join(cuda_gate.ptx_problems(fake, own, read_meta(source)))
     for words in ("module-scope declaration in the PTX: .global", "a call to vprintf", "the PTX has trap", ".maxntid is 256"):
         assert words in found, words
+
+
+def test_the_lint_reads_comments_as_the_compiler_does():
+    """A "/*" inside a // comment opens nothing, and a mark that is not at the start of a line is not a mark."""
+    from attnforge.backends.cuda.compile import lint
+    from attnforge.errors import CompileError
+
+    source, kernels = abi()
+    first = re.search(r"^(\s*)(af_cp_wait<\d+>\(\);)[^\n]*\n", kernels, flags=re.MULTILINE)
+    hidden = kernels[:first.start()] + "// /*\n" + first.group(1) + "*/ /*\n" + first.group() + "*/\n" + kernels[first.end():]
+    with pytest.raises(CompileError, match="cp.async waits"):
+        lint(cuda_gate.head_of(source) + hidden)
+
+
+def test_feedback_on_a_huge_line_stays_small():
+    from attnforge.llm.kernel_feedback import unsafe_text
+
+    source, _ = abi()
+    answer = "#" * 100_000 + "\n"
+    with pytest.raises(UnsafeCodeError) as err:
+        cuda_gate.check_cuda_kernels(answer, source)
+    assert len(err.value.problems) <= cuda_gate.MAX_PROBLEMS + 1 and len(unsafe_text(err.value, answer, what="kernels")) < 30_000
 
 
 def test_a_missing_or_doubled_kernel():

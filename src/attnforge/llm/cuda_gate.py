@@ -58,14 +58,17 @@ _TOKEN = re.compile(r"""
     (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
   | (?P<newline>\n)
   | (?P<space>[ \t]+)
+  | (?P<number>\d(?:[\w.]|'(?=\w))*)
   | (?P<string>"(?:[^"\\\n])*"?|'(?:[^'\\\n])*'?)
   | (?P<digraph><%|%>|<:|:>|%:|\[\[)
   | (?P<launch><<<)
   | (?P<word>[A-Za-z_]\w*)
-  | (?P<number>\d[\w.]*)
   | (?P<punct>.)
 """, re.VERBOSE | re.DOTALL)
-_ALLOWED_CHARS = re.compile(r"[^\x20-\x5b\x5d-\x7e\n\t]")  # printable ASCII but the backslash, tabs, newlines
+_CODE_CHARS = re.compile(r"[^\x20-\x5b\x5d-\x7e\n\t]")  # in code: printable ASCII but the backslash, tabs, newlines
+_COMMENT_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\\]")  # in comments: no control character (a lone CR ends a line) or splice
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.DOTALL)
+MAX_PROBLEMS = 50
 HINT = ("write only the program's kernels, with the ABI's headers, calling the prelude's helpers for PTX: no asm, no "
         "preprocessor lines but #pragma unroll, no strings, macros, templates or namespaces, no heap, printf or device launches")
 
@@ -75,7 +78,8 @@ REFUSED_WORDS = {
     "delete": "device-side heap allocation", "printf": "device-side printing",
     "namespace": "a namespace (write plain __device__ helpers)", "using": "a using-declaration or alias",
     "template": "a template (write plain __device__ helpers)", "decltype": "decltype", "typedef": "a typedef",
-    "operator": "an operator overload", "thread_local": "thread-local state",
+    "operator": "an operator overload", "thread_local": "thread-local state", "friend": "a friend declaration",
+    "clock": "a clock (a kernel must compute the same whenever it runs)", "clock64": "a clock (a kernel must compute the same whenever it runs)",
 }
 # Reserved identifiers a kernel may use: CUDA's qualifiers, types and intrinsics (attnforge's own
 # kernels use the first line's). Anything else reserved is refused: compiler builtins and the
@@ -94,14 +98,21 @@ RESERVED_ALLOWED = frozenset("""
     __hadd __hsub __hmul __hdiv __hfma __hneg __habs __hmax __hmin __heq __hne __hlt __hle __hgt __hge __hisnan __hisinf
     __hadd2 __hsub2 __hmul2 __hfma2 __hneg2 __habs2 __hmax2 __hmin2 __half2half2 __halves2half2 __low2half __high2half
     __half22float2 __float2half2_rn __bfloat1622float2 __bfloat162bfloat162 __halves2bfloat162 __low2bfloat16 __high2bfloat16
-    __float22half2_rn
+    __float22half2_rn __host__ __inline__ __syncthreads_or __syncthreads_and __syncthreads_count __threadfence
+    __ldcg __ldcs __ldca __ldlu __stcs __stcg __stwt __cvta_generic_to_shared __float2bfloat162_rn __half_raw __nv_bfloat16_raw
+    __hgt2 __hge2 __hlt2 __hle2 __heq2 __hne2 __h2div __half_as_ushort __ushort_as_half __bfloat16_as_ushort __ushort_as_bfloat16
+    __float2int_rd __float2int_ru __float2uint_rz __double2float_rn __popcll __clzll __ffsll __funnelshift_l __funnelshift_r
+    __match_any_sync __float2half_rz __hmax_nan __hmin_nan __fmaf_ieee_rn __fdiv_rz
 """.split())
 # Object-like macros of the head that are plain numbers.
 MACROS_ALLOWED = frozenset("""
     INFINITY NAN HUGE_VALF FLT_MAX FLT_MIN FLT_EPSILON INT_MAX INT_MIN UINT_MAX INT32_MAX INT32_MIN UINT32_MAX INT64_MAX
     CUDART_INF_F CUDART_NAN_F CUDART_PI_F CUDART_LN2_F CUDART_L2E_F CUDART_ZERO_F CUDART_ONE_F CUDART_MAX_NORMAL_F
+    CUDART_INF CUDART_NEG_ZERO_F CUDART_INF_FP16 M_LOG2E M_LN2 M_PI M_E NULL LLONG_MAX LLONG_MIN UINT64_MAX INT64_MIN CHAR_BIT
 """.split())
 STATE_QUALIFIERS = ("__device__", "__managed__", "__constant__")
+TYPE_WORDS = frozenset("""auto void bool char short int long float double unsigned signed const volatile constexpr
+    uint32_t int32_t uint64_t int64_t uint16_t int16_t uint8_t int8_t size_t __half __half2 __nv_bfloat16 __nv_bfloat162 af_elem""".split())
 PRELUDE_NAMES = frozenset(re.findall(r"\baf_\w+", PRELUDE))  # the helpers and types the prelude defines
 PRELUDE_TYPES = frozenset({"af_elem"})
 
@@ -183,26 +194,34 @@ def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda
     if len(source) > MAX_SOURCE_CHARS:
         raise UnsafeCodeError([(1, 1, f"the kernels are {len(source):,} characters; at most {MAX_SOURCE_CHARS:,}")], file=file, hint=HINT)
     problems: list[tuple[int, int, str]] = []
-    for m in _ALLOWED_CHARS.finditer(source):
-        line = source.count("\n", 0, m.start()) + 1
-        col = m.start() - (source.rfind("\n", 0, m.start()) + 1) + 1
+    comments = [(m.start(), m.end()) for m in _COMMENT.finditer(source)]
+    for m in _CODE_CHARS.finditer(source):
+        inside = any(a <= m.start() < b for a, b in comments)
+        if inside and not _COMMENT_CHARS.match(m.group()):
+            continue  # (non-ASCII text in a comment)
         what = "a backslash (line splice, universal character name)" if m.group() == "\\" else f"the character {m.group()!r}"
-        problems.append((line, col, f"{what}: only printable ASCII, tabs and newlines"))
-        if len(problems) > 20:
+        problems.append((*_place(source, m.start()), f"{what}: only printable ASCII, tabs and newlines in code, and no control "
+                                                     "characters or backslashes in comments"))
+        if len(problems) >= MAX_PROBLEMS:
             break
     for m in re.finditer(re.escape(KERNEL_MARK.strip()), source):
         start = source.rfind("\n", 0, m.start()) + 1
-        if source[start:m.start()]:  # (a mark at the very start of a line is attnforge's to place: assemble blanks it)
-            problems.append((source.count("\n", 0, m.start()) + 1, m.start() - start + 1,
-                             "a kernel mark inside a line: the lint finds each kernel by the marks attnforge places"))
+        if source[start:m.start()] and len(problems) < MAX_PROBLEMS:  # (a mark at the very start of a line is attnforge's: assemble blanks it)
+            problems.append((*_place(source, m.start()), "a kernel mark inside a line: the lint finds each kernel by the marks attnforge places"))
     headers = expected_headers(abi_source)
     macros = head_macros(head_of(abi_source)) - MACROS_ALLOWED - RESERVED_ALLOWED  # (__global__ and its kind are macros too)
     toks = tokens(source)
-    depth = 0
     found: list[tuple[str, int]] = []
     lines = source.split("\n")
+    pragma_lines = {t.line for t in toks if t.text == "#"}
+    blocks: list[str] = []  # what opened each enclosing brace: function, for, if, else, while, do, switch, init, block
     for i, t in enumerate(toks):
-        why = _refusal(toks, i, depth, macros, lines)
+        if len(problems) >= MAX_PROBLEMS:
+            break
+        why = _refusal(toks, i, len(blocks), macros, lines)
+        if why is None and t.text in PIPELINE_HELPERS and not _unconditional(toks, i, blocks, pragma_lines):
+            why = (f"{t.text} under a condition or inside an expression: the cp.async waits and commits stand as statements of "
+                   "their own, in the function or its for loops, as in the translation table (no if, else, while, switch or ?:)")
         if why is not None:
             problems.append((t.line, t.col, why))
         elif t.text == "__global__":
@@ -210,9 +229,9 @@ def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda
             if name is not None:
                 found.append((name, toks[i - 2].line - 1))
         elif t.text == "{":
-            depth += 1
-        elif t.text == "}":
-            depth = max(0, depth - 1)
+            blocks.append(_opener(toks, i))
+        elif t.text == "}" and blocks:
+            blocks.pop()
     names = [name for name, _ in found]
     for name in headers:
         if name not in names:
@@ -224,14 +243,57 @@ def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda
     return found
 
 
+PIPELINE_HELPERS = ("af_cp_wait", "af_cp_commit")
+_CONTROL = ("if", "else", "while", "switch", "do")
+
+
+def _place(source: str, at: int) -> tuple[int, int]:
+    start = source.rfind("\n", 0, at) + 1
+    return source.count("\n", 0, at) + 1, at - start + 1
+
+
+def _opener(toks: list[Token], i: int) -> str:
+    """What the brace at ``toks[i]`` opens: the keyword of a ``for (...) {``, ``if (...) {``, ...,
+    ``function`` for a ``name(...) {``, ``else``/``do``, ``init`` for an initialiser, else ``block``."""
+    prev = toks[i - 1] if i > 0 else None
+    if prev is None:
+        return "block"
+    if prev.text in ("else", "do"):
+        return prev.text
+    if prev.text == ")":
+        level, j = 0, i - 1
+        while j >= 0:
+            level += {")": 1, "(": -1}.get(toks[j].text, 0)
+            if level == 0:
+                break
+            j -= 1
+        word = toks[j - 1].text if j > 0 else ""
+        return word if word in ("for", "if", "while", "switch") else "function"
+    if prev.text in ("=", ",", "(", "return", "[", "{"):
+        return "init"
+    return "block"
+
+
+def _unconditional(toks: list[Token], i: int, blocks: list[str], pragma_lines: set[int]) -> bool:
+    """Whether the pipeline helper at ``toks[i]`` starts a statement that every thread runs each
+    trip: after ``;``, ``{``, ``}`` or a pragma line, with no if/else/while/switch/do around it."""
+    if any(kind in _CONTROL for kind in blocks):
+        return False
+    prev = toks[i - 1] if i > 0 else None
+    return prev is not None and (prev.text in (";", "{", "}") or prev.line in pragma_lines and prev.line < toks[i].line)
+
+
 def _refusal(toks: list[Token], i: int, depth: int, macros: frozenset[str], lines: list[str]) -> str | None:
     """Why the token at ``i`` is refused, or None."""
     t = toks[i]
     text = t.text
     if t.kind == "punct" and text == "#":
-        line = lines[t.line - 1] if t.line <= len(lines) else ""
-        if t.line_start and re.fullmatch(r"[ \t]*#[ \t]*pragma[ \t]+unroll([ \t]+\d+)?[ \t]*", line):
-            return None
+        rest = [x for x in toks[i + 1:i + 40] if x.line == t.line]
+        args = rest[2:]
+        if (t.line_start and [x.text for x in rest[:2]] == ["pragma", "unroll"]
+                and all(x.kind in ("word", "number") or x.text in "()+-*" for x in args)):
+            return None  # (its words are checked as every word is)
+        line = lines[t.line - 1][:200] if t.line <= len(lines) else ""
         return f"the preprocessor line {line.strip()[:60]!r}: only a #pragma unroll line is allowed (the prelude includes what the kernels need)"
     if t.kind == "string":
         ok = text == '"C"' and i > 0 and toks[i - 1].text == "extern"
@@ -254,8 +316,8 @@ def _refusal(toks: list[Token], i: int, depth: int, macros: frozenset[str], line
         after = [x.text for x in toks[i + 1:i + 3]]
         if after != ['"C"', "__global__"] and after[:1] != ["__shared__"]:
             return "extern: only extern \"C\" __global__ kernels and extern __shared__ arrays"
-    if text == "static" and depth > 0:
-        return "static inside a function: device statics outlive a launch"
+    if text == "static" and depth > 0 and toks[i + 1:i + 2] and toks[i + 1].text != "constexpr":
+        return "static inside a function or struct: device statics outlive a launch (static constexpr is fine)"
     if text in STATE_QUALIFIERS and depth == 0 and _declares_variable(toks, i):
         return f"a {text} variable at file scope: state that outlives a launch"
     if text in PRELUDE_NAMES and text not in PRELUDE_TYPES and not _called(toks, i, depth):
@@ -268,24 +330,36 @@ def _called(toks: list[Token], i: int, depth: int) -> bool:
     function, after an operator, a bracket or a statement keyword; not after a type (a
     declaration), nor after ``::``."""
     nxt = [x.text for x in toks[i + 1:i + 5]]
-    if not (nxt[:1] == ["("] or (nxt[:1] == ["<"] and len(nxt) == 4 and toks[i + 2].kind == "number" and nxt[2:] == [">", "("])):
+    templated = nxt[:1] == ["<"] and len(nxt) == 4 and toks[i + 2].kind in ("number", "word") and nxt[2:] == [">", "("]
+    if not (nxt[:1] == ["("] or templated):
         return False
     if i == 0 or depth == 0:
         return False
     prev = toks[i - 1]
     if prev.kind == "word":
         return prev.text in ("return", "else", "do", "case")
-    return prev.text != ":" or toks[i - 2].text != ":"
+    if prev.text == ":" and toks[i - 2].text == ":":
+        return False
+    # after * & > a declaration's type ends (auto&& af_mma(...), float* af_x(...)); as an operator it follows a value
+    j = i - 1
+    while j > 0 and toks[j].text in ("*", "&", ">"):
+        j -= 1
+    return j == i - 1 or toks[j].kind != "word" or toks[j].text not in TYPE_WORDS
 
 
 def _declares_variable(toks: list[Token], i: int) -> bool:
-    """Whether the declaration starting at ``toks[i]`` is a variable: ``;``, ``=``, ``{`` or ``[``
-    comes before any ``(`` (``__device__ int x{0};``, ``x[(1)]``)."""
-    for t in toks[i + 1:i + 64]:
-        if t.text == "(":
+    """Whether the declaration starting at ``toks[i]`` is anything but a function definition: a
+    function reaches ``) {`` (or ``) __launch_bounds__``) before any ``;`` or ``=`` (``__device__
+    int x{0};``, ``__device__ int (g);`` and ``__device__ __align__(4) int g;`` are variables);
+    a constexpr constant is no state."""
+    for j in range(i + 1, min(len(toks), i + 400)):
+        t = toks[j]
+        if t.text == "constexpr":
             return False
-        if t.text in (";", "=", "{", "["):
+        if t.text in (";", "="):
             return True
+        if t.text == "{":
+            return toks[j - 1].text != ")"
     return True
 
 
@@ -337,7 +411,7 @@ def check_cuda_file(source: str, abi_source: str, *, file: str = "kernel_cuda.cu
 
 # ------------------------------------------------------------------------------ after nvcc
 
-_WAIT = re.compile(r"\bcp\.async\.wait_group \d+")
+_PIPELINE = re.compile(r"\bcp\.async\.(?:wait_group \d+|commit_group)")
 
 
 def ptx_problems(ptx: str, own_ptx: str, meta: dict) -> list[str]:
@@ -348,8 +422,12 @@ def ptx_problems(ptx: str, own_ptx: str, meta: dict) -> list[str]:
     want = [k["name"] for k in meta["kernels"]]
     if sorted(entries) != sorted(want):
         problems.append(f"the PTX's kernels are {', '.join(entries) or 'none'}; the ABI's are {', '.join(want)}")
-    for line in re.findall(r"^\.(?:global|const|extern \.func|weak)\b[^\n]*", ptx, re.MULTILINE):
+    for line in re.findall(r"^(?:\.(?:visible|extern|weak)\s+)*\.(?:global|const|func)\b[^\n]*", ptx, re.MULTILINE):
+        if re.search(r"\b__cudart_\w+\[", line) or (".func" in line and not line.startswith(".extern")):
+            continue  # (CUDA's math tables, e.g. sinf's; functions defined in the file)
         problems.append(f"a module-scope declaration in the PTX: {line.strip()[:100]}")
+    for reg in sorted(set(re.findall(r"%(clock64|clock|globaltimer\w*)\b", ptx))):
+        problems.append(f"the PTX reads %{reg}: a kernel must compute the same whenever it runs")
     defined = set(re.findall(r"^\.(?:visible |weak )?\.func\s+(?:\([^)]*\)\s*)?(\w+)", ptx, re.MULTILINE))
     for name in sorted(set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", ptx)) - defined):
         problems.append(f"a call to {name}, which is not in the file")
@@ -362,12 +440,16 @@ def ptx_problems(ptx: str, own_ptx: str, meta: dict) -> list[str]:
         bounds = re.findall(r"\.maxntid (\d+), 1, 1", body[:2000])
         if name in threads and bounds != [str(threads[name])]:
             problems.append(f"kernel {name}'s .maxntid is {', '.join(bounds) or 'missing'}; the ABI launches {threads[name]} threads")
-    own = {name: Counter(_WAIT.findall(body)) for name, body in _entries(own_ptx).items()}
+    own = {name: Counter(_PIPELINE.findall(body)) for name, body in _entries(own_ptx).items()}
     for name, body in _entries(ptx).items():
-        short = own.get(name, Counter()) - Counter(_WAIT.findall(body))
+        mine = Counter(_PIPELINE.findall(body))
+        short = own.get(name, Counter()) - mine
         if short:
-            problems.append(f"kernel {name} waits for cp.async groups fewer times than its pipeline needs "
+            problems.append(f"kernel {name} waits for or commits cp.async groups fewer times than its pipeline needs "
                             f"(missing: {', '.join(f'{w} x{c}' for w, c in sorted(short.items()))}): a tile would be read before it lands")
+        for what, pattern in (("mma.sync", r"\bmma\.sync\b"), ("ldmatrix", r"\bldmatrix\b"), ("cp.async", r"\bcp\.async\.c[ag]\b")):
+            if re.search(pattern, own_ptx) and not re.search(pattern, body):
+                problems.append(f"kernel {name} has no {what} instruction, which the prelude's helpers issue: a helper was neutered")
     return problems
 
 

@@ -9,13 +9,18 @@ from .errors import LLMError, SandboxError, UnsafeCodeError
 from .kernel_jobs import ModuleVerdict
 
 MAX_DETAIL_LINES = 30
+QUOTE_CHARS = 200  # of a quoted line, around the column
 
 
 def _quote(source: str, line: int, col: int) -> list[str]:
     lines = source.split("\n")
     if not 1 <= line <= len(lines):
         return []
-    return [f"    {line:4d} | {lines[line - 1]}", "         | " + " " * max(0, col - 1) + "^"]
+    text = lines[line - 1]
+    if len(text) > QUOTE_CHARS:  # (a line of 100 KB would make every problem 100 KB of feedback)
+        start = max(0, min(col - 1 - QUOTE_CHARS // 2, len(text) - QUOTE_CHARS))
+        text, col = ("..." if start else "") + text[start:start + QUOTE_CHARS] + "...", col - start + (3 if start else 0)
+    return [f"    {line:4d} | {text}", "         | " + " " * max(0, col - 1) + "^"]
 
 
 def unsafe_text(err: UnsafeCodeError, source: str, what: str = "module") -> str:

@@ -53,15 +53,20 @@ def arch_of(target_or_cc) -> str:
     return f"sm_{cc[0]}{cc[1]}"
 
 
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
 def lint(source: str) -> None:
     """Static checks of a generated (or edited) file before it is compiled: every pipelined
     loop still waits for each cp.async group at the depth the TL pipeline needs (a dropped or
     loosened ``af_cp_wait`` is a race no compiler notices)."""
     meta = read_meta(source)
-    # block comments out first: a wait inside one is no wait (a // comment cannot start a matching line)
-    parts = re.sub(r"/\*.*?\*/", "", source, flags=re.DOTALL).split(KERNEL_MARK)[1:]
+    # Kernels by their marks at the start of a line; comments out in one left-to-right pass (a wait
+    # inside a comment is no wait, and a "/*" inside a // comment opens nothing).
+    pieces = re.split(rf"^{re.escape(KERNEL_MARK)}(\w+)\n", source, flags=re.MULTILINE)
+    bodies = {name: _COMMENTS.sub("", body) for name, body in zip(pieces[1::2], pieces[2::2])}
     for info in meta["kernels"]:
-        body = next((p for p in parts if p.startswith(info["name"] + "\n")), None)
+        body = bodies.get(info["name"])
         if body is None:
             raise CompileError(f"kernel {info['name']} is missing from the CUDA source", where="lint")
         waits = re.findall(r"^\s*(af_cp_wait<\d+>\(\);)", body, flags=re.MULTILINE)
