@@ -51,6 +51,7 @@ from pathlib import Path
 
 from ..backends.cuda.module import KERNEL_MARK
 from ..backends.cuda.prelude import PRELUDE
+from ..errors import CompileError
 from .errors import UnsafeCodeError
 
 MAX_SOURCE_CHARS = 256 * 1024
@@ -183,8 +184,9 @@ def head_macros(head: str) -> frozenset[str]:
         path = Path(tmp) / f"head-{hashlib.sha256(head.encode()).hexdigest()[:12]}.cu"
         path.write_text(head)
         proc = subprocess.run([find_nvcc(), "-E", "-Xcompiler", "-dM", "-arch=sm_80", str(path)], capture_output=True, text=True, cwd=tmp)
-    if proc.returncode != 0:
-        raise UnsafeCodeError([(1, 1, f"nvcc could not list the head's macros: {proc.stderr.strip()[:200]}")], hint=HINT)
+    if proc.returncode != 0:  # (attnforge's own head: not the model's fault, so no refusal of its answer)
+        raise CompileError(f"nvcc could not list the macros of attnforge's CUDA head: {proc.stderr.strip()[:200]}", where="cuda_gate",
+                           hint="check the CUDA toolkit install (nvidia-cuda-nvcc); the CUDA backend's own compiles need it too")
     return frozenset(re.findall(r"^#define (\w+)", proc.stdout, re.MULTILINE))
 
 
