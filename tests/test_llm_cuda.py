@@ -142,6 +142,13 @@ def test_the_ptx_audit_sees_what_the_tokens_hide():
         dead = re.sub(r"^(\s*)(af_cp_wait<\d+>\(\);)", rf"\1{condition}\1    \2" + ("}" if "{" in condition else ""), kernels, count=1,
                       flags=re.MULTILINE)
         assert any("af_cp_wait under a condition" in r for _, _, r in refused(dead, source))
+    # nor moved into a helper or a lambda that a condition could call
+    first = re.search(r"^(\s*)af_cp_wait<(\d+)>\(\);[^\n]*\n", kernels, flags=re.MULTILINE)
+    for helper, call in ((f"__device__ __forceinline__ void wait_here() {{ af_cp_wait<{first[2]}>(); }}\n", "wait_here();"),
+                         ("", f"auto wait_here = [&]() {{ af_cp_wait<{first[2]}>(); }};\n{first[1]}if (Sq > 0) wait_here();")):
+        moved = kernels[:first.start()] + first[1] + call + "\n" + kernels[first.end():]
+        moved = moved.replace('extern "C"', helper + 'extern "C"', 1)
+        assert any("outside a kernel's body" in r for _, _, r in refused(moved, source)), helper or "lambda"
     uncommitted = re.sub(r"^\s*af_cp_commit\(\);[^\n]*\n", "", kernels, flags=re.MULTILINE)
     found = cuda_gate.check_cuda_kernels(uncommitted, source)
     assembled = cuda_gate.assemble(cuda_gate.head_of(source), uncommitted, found)

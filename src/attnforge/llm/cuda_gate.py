@@ -216,22 +216,27 @@ def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda
     found: list[tuple[str, int]] = []
     lines = source.split("\n")
     pragma_lines = {t.line for t in toks if t.text == "#"}
-    blocks: list[str] = []  # what opened each enclosing brace: function, for, if, else, while, do, switch, init, block
+    blocks: list[str] = []  # what opened each enclosing brace: kernel, function, lambda, for, if, else, while, do, switch, init, block
+    in_header = False  # between a kernel's __global__ and its body's brace
     for i, t in enumerate(toks):
         if len(problems) >= MAX_PROBLEMS:
             break
         why = _refusal(toks, i, len(blocks), macros, lines)
         if why is None and t.text in PIPELINE_HELPERS and not _unconditional(toks, i, blocks, pragma_lines):
-            why = (f"{t.text} under a condition or inside an expression: the cp.async waits and commits stand as statements of "
-                   "their own, in the function or its for loops, as in the translation table (no if, else, while, switch or ?:)")
+            why = (f"{t.text} under a condition, inside an expression or outside a kernel's body: the cp.async waits and commits "
+                   "stand as statements of their own in the kernel or its for loops, as in the translation table (no if, else, while, "
+                   "switch or ?:, no helper function or lambda)")
         if why is not None:
             problems.append((t.line, t.col, why))
         elif t.text == "__global__":
             name = _kernel_at(toks, i, headers, problems)
             if name is not None:
                 found.append((name, toks[i - 2].line - 1))
+                in_header = True
         elif t.text == "{":
-            blocks.append(_opener(toks, i))
+            kind = _opener(toks, i)
+            blocks.append("kernel" if in_header and kind == "function" and not blocks else kind)
+            in_header = False
         elif t.text == "}" and blocks:
             blocks.pop()
     names = [name for name, _ in found]
@@ -246,7 +251,6 @@ def check_cuda_kernels(source: str, abi_source: str, *, file: str = "kernel_cuda
 
 
 PIPELINE_HELPERS = ("af_cp_wait", "af_cp_commit")
-_CONTROL = ("if", "else", "while", "switch", "do")
 
 
 def _place(source: str, at: int) -> tuple[int, int]:
@@ -270,6 +274,8 @@ def _opener(toks: list[Token], i: int) -> str:
                 break
             j -= 1
         word = toks[j - 1].text if j > 0 else ""
+        if word == "]":
+            return "lambda"
         return word if word in ("for", "if", "while", "switch") else "function"
     if prev.text in ("=", ",", "(", "return", "[", "{"):
         return "init"
@@ -278,8 +284,9 @@ def _opener(toks: list[Token], i: int) -> str:
 
 def _unconditional(toks: list[Token], i: int, blocks: list[str], pragma_lines: set[int]) -> bool:
     """Whether the pipeline helper at ``toks[i]`` starts a statement that every thread runs each
-    trip: after ``;``, ``{``, ``}`` or a pragma line, with no if/else/while/switch/do around it."""
-    if any(kind in _CONTROL for kind in blocks):
+    trip: in a kernel's own body (not in a helper function or lambda, which a condition could
+    call), after ``;``, ``{``, ``}`` or a pragma line, with only for loops and plain blocks around it."""
+    if blocks[:1] != ["kernel"] or any(kind not in ("for", "block") for kind in blocks[1:]):
         return False
     prev = toks[i - 1] if i > 0 else None
     return prev is not None and (prev.text in (";", "{", "}") or prev.line in pragma_lines and prev.line < toks[i].line)
