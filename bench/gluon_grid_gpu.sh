@@ -2,18 +2,22 @@
 # Verify the gluon backend natively on a Hopper GPU over the forward variant grid: each spec goes
 # through attnforge generate (plan, check, interpret, translate, compile, verify against the
 # float64 reference). One line per spec; a hang is cut off by the timeout and counted as a failure.
+# JOBS specs at a time (default 6: the compiles are CPU-bound, the GPU check of each is short).
 # Usage (on the GPU machine, repository root): bash bench/gluon_grid_gpu.sh OUTDIR
 set -u
 out=${1:-/tmp/gluon_grid}
 mkdir -p "$out"
-pass=0; fail=0
-run() {
+one() {
   local name=$1; shift
-  if timeout 120 python -m attnforge generate --target auto --backend gluon --out "$out/gen/$name" "$@" > "$out/$name.log" 2>&1; then
-    pass=$((pass + 1)); echo "PASS $name"
+  if timeout 150 python -m attnforge generate --target auto --backend gluon --out "$out/gen/$name" "$@" > "$out/$name.log" 2>&1; then
+    echo "PASS $name" | tee "$out/$name.status"
   else
-    fail=$((fail + 1)); echo "FAIL $name (rc $?)"; grep -m3 "FAIL\|error" "$out/$name.log"
+    echo "FAIL $name (rc $?)" | tee "$out/$name.status"; grep -m3 "FAIL\|error" "$out/$name.log"
   fi
+}
+run() {
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-6}" ]; do wait -n; done
+  one "$@" &
 }
 if [ -z "${ONLY_FEATURES:-}" ]; then
 for dt in fp16 bf16; do
@@ -31,5 +35,6 @@ run bf16_softcap --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 6
 run fp16_scoremod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --score-mod "score - 0.01 * abs(q_idx - kv_idx)"
 run fp16_maskmod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --mask-mod "(q_idx + kv_idx) % 3 != 0"
 run bf16_mqa_b3 --dtype bf16 --head-dim 128 --batch 3 --heads 8 --kv-heads 1 --seqlen-q 257 --seqlen-k 513 --causal
-echo "gluon grid: $pass passed, $fail failed"
+wait
+echo "gluon grid: $(cat "$out"/*.status | grep -c ^PASS) passed, $(cat "$out"/*.status | grep -c ^FAIL) failed"
 rm -rf "$out/gen"

@@ -7,6 +7,10 @@ what CI cannot run without a GPU.
 3. --mode direct: a model-written module (attnforge's own translation, made self-contained)
    verified natively inside the sandbox (no address-space cap: CUDA), compiled for the GPU.
 4. --mode both: both kernels timed, side by side in comparison.json.
+5. --translate llm --backend cuda: model-written CUDA kernels (the CUDA backend's own, as a model
+   must write them: kernels only, under attnforge's head) through the gate, nvcc, the PTX audit
+   and native verification; then the same answer with a planted bug (the softmax scale halved),
+   which verification must refuse.
 
 Usage (on the H200 machine, from the repository root):
     PYTHONPATH=src:tests:.gpu_deps python3 bench/llm_gpu_check.py --out $OUT
@@ -29,7 +33,7 @@ from llm_scripts import Scripted, fenced
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--parts", default="optimize,replay,direct,both", help="which checks, comma-separated")
+    parser.add_argument("--parts", default="optimize,replay,direct,both,cuda", help="which checks, comma-separated")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     out = Path(args.out)
@@ -48,6 +52,8 @@ def main() -> None:
         direct_check(out, spec, target, direct_source, results)
     if "both" in parts:
         both_check(out, spec, target, programs[1], direct_source, results)
+    if "cuda" in parts:
+        cuda_check(out, spec, target, programs[0], results)
     (out / "llm_gpu_check.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
@@ -88,6 +94,25 @@ def both_check(out: Path, spec: AttentionSpec, target, program: str, direct_sour
     results["both"] = json.loads((out / "both" / "comparison.json").read_text())
     results["both"]["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(results["both"], indent=1))
+
+
+def cuda_check(out: Path, spec: AttentionSpec, target, program: str, results: dict) -> None:
+    from attnforge.backends import get_backend
+    from attnforge.backends.cuda.module import KERNEL_MARK
+    from attnforge.tl.parser import parse
+
+    source = get_backend("cuda").translate(parse(program), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    kernels = source[source.index(KERNEL_MARK):]
+    planted = kernels.replace(" * scale);", " * 0.5f * scale);", 1)
+    assert planted != kernels, "the planted bug found nothing to change"
+    results["cuda"] = {}
+    for name, answer in (("own", kernels), ("planted-scale", planted)):
+        t0 = time.perf_counter()
+        runs = run(LLMOptions("openai:scripted", translate="llm", backend="cuda", max_rounds=1), spec, target, out / f"cuda_{name}",
+                   client=Scripted([fenced(program), fenced(answer, "cuda")]), say=print)
+        r = runs[0]
+        results["cuda"][name] = {"verified": r.verified, "status": r.status, "seconds": round(time.perf_counter() - t0, 1)}
+        print(name, json.dumps(results["cuda"][name]))
 
 
 def _module(spec: AttentionSpec, target, tiles: dict) -> str:

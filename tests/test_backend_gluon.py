@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from attnforge import AttentionSpec, get_target
@@ -19,6 +20,8 @@ from attnforge.generate import generate
 from attnforge.plan.hopper import hopper_plans, hopper_source
 from attnforge.tl.checker import check
 from attnforge.judge import interpret_against_spec
+from attnforge.oracle import spec_reference
+from attnforge.reference import alibi_slopes_for
 from attnforge.tl.harness import Shape
 from attnforge.tl.parser import parse
 
@@ -277,8 +280,99 @@ def test_scores_in_natural_units_unless_one_multiply_feeds_the_softmax():
     assert "    c = " not in two and "S = S * (scale)" in two and "S = S * (2 * 1.4426950408889634)" in two
     assert "SCALE_POSITIVE=True" in two and "(m_i + gl.log2(l_i)) * 0.6931471805599453" in two
     mod = _translate_edit("        Compute Multiply S, scale\n", "        Compute Multiply S, scale\n        Compute ScoreMod S with score * 0.5\n")
-    # a modifier reads the scores: natural units, exp2 takes log2(e) itself
-    assert "S = S * (scale)" in mod and "gl.exp2(S * 1.4426950408889634" in mod and "m_i + gl.log2(l_i) * 0.6931471805599453" in mod
+    # a modifier reads the scores: natural units, exp2 takes log2(e) itself; the running max stays in log2 units
+    assert "S = S * (scale)" in mod and "gl.exp2(S * 1.4426950408889634 - gl.expand_dims(m_use, 1))" in mod
+    assert "(m_i + gl.log2(l_i)) * 0.6931471805599453" in mod
+
+
+# ------------------------------------------------- the scores' algebra, run in numpy (no Gluon interpreter)
+
+class _Pointer:
+    def __init__(self, data: np.ndarray, offset: int = 0):
+        self.data, self.offset = data, offset
+
+    def __add__(self, k):
+        return _Pointer(self.data, self.offset + int(k))
+
+
+class _NumpyGl:
+    """The part of ``gl`` that the scores function and the epilogue's LSE use, on numpy arrays
+    (numpy widens to float64 where Gluon stays in float32; the exponentials are taken in float32)."""
+
+    constexpr = staticmethod(lambda x: x)
+    float16 = bfloat16 = float32 = "dtype"
+    expand_dims, where, maximum, abs, log2 = (staticmethod(f) for f in (np.expand_dims, np.where, np.maximum, np.abs, np.log2))
+    # in float32, as the GPU computes it: the range where an exponential overflows or vanishes
+    exp2 = staticmethod(lambda x: np.exp2(np.asarray(x, np.float32)))
+    exp = staticmethod(lambda x: np.exp(np.asarray(x, np.float32)))
+    SliceLayout = staticmethod(lambda *_a: None)
+    arange = staticmethod(lambda lo, hi, layout=None: np.arange(lo, hi))
+    max = staticmethod(lambda x, axis: np.max(x, axis=axis))
+    sum = staticmethod(lambda x, axis: np.sum(x, axis=axis))
+    load = staticmethod(lambda p: p.data[p.offset])
+
+
+def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 0):
+    """The generated module's ``_scores`` (and the helpers it calls) run in float32, as on the GPU, over every K/V
+    tile of one (b, h) problem per head, O accumulated as the kernel's PV GEMMs do, LSE by the
+    epilogue's own expression: (O, LSE) of shape (Hq, Sq, Dv), (Hq, Sq)."""
+    import inspect
+    import math
+
+    names = {"gl": _NumpyGl, "math": math}
+    for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
+        exec(line, names)
+    for block in re.findall(r"^def (?:floordiv|floormod|tanh|_scores)\(.*?(?=^@|^def |\Z)", source, re.M | re.S):
+        exec(block.replace(".to(DTYPE)", ""), names)  # P's cast left out: float32 throughout
+    lse_of = re.search(r"lse_r = gl\.where\(l_i == 0\.0, -float\('inf'\), (.*)\)$", source, re.M).group(1)
+    rng = np.random.default_rng(seed)
+    hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
+    q, k, v = (rng.standard_normal(s) * 2.0 for s in ((1, hq, sq, d), (1, hkv, sk, d), (1, hkv, sk, d)))
+    q[:, :, 3::7] *= 60.0  # as the verifier does: some rows' logits in the hundreds, of either sign
+    slopes = np.asarray(alibi_slopes_for(hq)) if spec.alibi_slopes is not None else np.zeros(hq)
+    scalars = spec.runtime_scalars()
+    fn, bn = names["_scores"], names["BN"]
+    o, lse = np.zeros((hq, sq, d)), np.zeros((hq, sq))
+    for h in range(hq):
+        values = dict(m=0, b=0, h=h, B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, alibi_slopes=_Pointer(slopes), sa=1, **scalars)
+        m_i, l_i, acc = np.full(sq, -np.inf, np.float32), np.zeros(sq, np.float32), np.zeros((sq, d), np.float32)
+        kh, vh = k[0, h // (hq // hkv)], v[0, h // (hq // hkv)]
+        for j in range(-(-sk // bn)):
+            keys = np.zeros((bn, d))
+            keys[: min(bn, sk - j * bn)] = kh[j * bn: (j + 1) * bn]
+            vals = np.zeros((bn, d))
+            vals[: min(bn, sk - j * bn)] = vh[j * bn: (j + 1) * bn]
+            args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
+            args.update(S=(q[0, h] @ keys.T).astype(np.float32), m_i=m_i, l_i=l_i, j=j, rows=np.arange(sq), split=0,
+                        s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
+            p, alpha, m_i, l_i = fn(**args)
+            acc = acc * alpha[:, None] + p @ vals.astype(np.float32)
+        with np.errstate(divide="ignore"):
+            lse[h] = np.where(l_i == 0.0, -np.inf, eval(lse_of, {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i}))
+            o[h] = np.where(l_i[:, None] == 0.0, 0.0, acc / np.where(l_i == 0.0, 1.0, l_i)[:, None])
+    ref_o, ref_lse = spec_reference(spec, dict(B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, D=d, Dv=d), q, k, v,
+                                    slopes if spec.alibi_slopes is not None else None)
+    return o, lse, np.asarray(ref_o)[0], np.asarray(ref_lse)[0]
+
+
+@pytest.mark.parametrize("spec", [
+    AttentionSpec(heads=2, head_dim=64, dtype="bf16"),
+    AttentionSpec(heads=2, head_dim=64, dtype="bf16", scale=-0.2),
+    AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, alibi_slopes="auto"),
+    AttentionSpec(heads=2, head_dim=64, dtype="fp16", score_mod="score - 0.01 * abs(q_idx - kv_idx)"),
+    AttentionSpec(heads=2, head_dim=64, dtype="fp16", softcap=5.0, window_left=40, window_right=3),
+    AttentionSpec(heads=2, head_dim=64, dtype="fp16", mask_mod="(q_idx + kv_idx) % 3 != 0", causal=True),
+], ids=["plain", "negative-scale", "alibi-causal", "score-mod", "softcap-window", "mask-mod"])
+def test_the_scores_function_computes_the_specs_softmax(spec):
+    """Rows of large logits, of either sign, must neither overflow nor vanish in the running
+    softmax: GPU verification caught a kernel that kept its running max in mixed units (the ALiBi
+    and score-modifier specs of the grid, where the max is negative)."""
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    o, lse, ref_o, ref_lse = _run_scores(source, spec, sq=150, sk=700)
+    seen = np.isfinite(ref_lse)
+    assert np.array_equal(seen, np.isfinite(lse))
+    assert np.max(np.abs(o - ref_o)) < 2e-3
+    assert np.max(np.abs(lse[seen] - ref_lse[seen]) / (1.0 + np.abs(ref_lse[seen]))) < 1e-5
 
 
 def test_both_scale_specialisations_compile(tmp_path):

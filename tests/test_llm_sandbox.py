@@ -183,6 +183,7 @@ def test_child_has_no_credentials_and_no_privileges(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-be-seen-1234567890")
     monkeypatch.setenv("ATTNFORGE_LLM_BASE_URL", "http://127.0.0.1:1/v1")
     monkeypatch.setenv("ATTNFORGE_HARMLESS_SETTING", "kept")
+    monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path / "users-cache"))
     source = ("import os\n"
               "def main(target):\n"
               "    try:\n"
@@ -193,7 +194,9 @@ def test_child_has_no_credentials_and_no_privileges(monkeypatch, tmp_path):
               "    return {k: v for k, v in os.environ.items() if 'OPENAI' in k or 'ATTNFORGE' in k}, os.getuid(), wrote\n")
     tmp_path.chmod(0o755)
     env, uid, wrote = run_isolated(source, import_and_call, "main", str(tmp_path / "escaped.txt"), limits=FAST)
-    assert env == {"ATTNFORGE_HARMLESS_SETTING": "kept"}
+    # the caches are the child's own: nothing it writes there is loaded outside the sandbox
+    cache = env.pop("ATTNFORGE_CACHE")
+    assert env == {"ATTNFORGE_HARMLESS_SETTING": "kept"} and cache != str(tmp_path / "users-cache")
     if os.geteuid() == 0 and _unprivileged_user() is not None:
         assert uid == _unprivileged_user()[0] and not wrote and not (tmp_path / "escaped.txt").exists()
 

@@ -230,6 +230,7 @@ def default_providers() -> list[Provider]:
         Sdpa(SDPA_FLASH, "FLASH_ATTENTION", "SDPA, flash backend (FlashAttention-2)"),
         Flex(),
         *(Attnforge(name) for name in names()),
+        Attnforge("auto"),  # what a user gets by default: the tuning database's choice of backend per bucket
     ]
 
 

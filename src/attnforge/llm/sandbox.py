@@ -130,11 +130,14 @@ def containment() -> dict[str, bool]:
 
 
 def _child_env(directory: Path) -> dict[str, str]:
-    """The parent's environment without credentials, with the parent's import path and a private home."""
+    """The parent's environment without credentials, with the parent's import path and a private
+    home and caches: the code in the child neither reads nor writes the user's attnforge or Triton
+    cache (a cache entry it planted would be loaded later, outside the sandbox)."""
     env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
     # Absolute: the child works in another directory ("" and relative entries mean the parent's).
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in sys.path if os.path.isdir(p or ".")))
-    env.update(HOME=str(directory), TMPDIR=str(directory), TRITON_CACHE_DIR=str(directory / "triton-cache"))
+    env.update(HOME=str(directory), TMPDIR=str(directory), TRITON_CACHE_DIR=str(directory / "triton-cache"),
+               ATTNFORGE_CACHE=str(directory / "attnforge-cache"))
     return env
 
 

@@ -31,12 +31,13 @@ def fused_factor(m: Writer, loop: TileLoop) -> n.Expr | None:
     return None
 
 
-def _online_softmax(m: Writer, k: str, r: str, indent: int) -> None:
-    """P = exp2(S * k - m * r), the running max taken of S * k (``k``, ``r``: "" for 1, else " * x")."""
+def _online_softmax(m: Writer, k: str, indent: int) -> None:
+    """P = exp2(S * k - m), the running max m kept in log2 units: max(S) * k (``k``: "" when the
+    scores carry log2(e) already, else " * x" for a positive x)."""
     m.emit(f"m_new = gl.maximum(m_i, gl.max(S, axis=1){k})", indent)
     m.emit("m_use = gl.where(m_new == -float('inf'), 0.0, m_new)  # a row with no key yet: exp2(-inf) = 0, not nan", indent)
-    m.emit(f"P = gl.exp2(S{k} - gl.expand_dims(m_use{r}, 1))", indent)
-    m.emit(f"alpha = gl.exp2((m_i - m_use){r})", indent)
+    m.emit(f"P = gl.exp2(S{k} - gl.expand_dims(m_use, 1))", indent)
+    m.emit("alpha = gl.exp2(m_i - m_use)", indent)
 
 
 def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
@@ -68,15 +69,16 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
             m.emit("if j >= split:", 1)
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 2)
     m.tl(loop.softmax, 1)
-    if factor is not None:  # the running max is kept in log2 units: m = max(S) * c, for c > 0
+    # the running max is kept in log2 units in every case (the epilogue's LSE reads it so)
+    if factor is not None:  # m = max(S) * c, for c > 0
         m.emit("if SCALE_POSITIVE:", 1)
-        _online_softmax(m, " * c", "", 2)
+        _online_softmax(m, " * c", 2)
         m.emit("else:  # scaled above", 1)
-        _online_softmax(m, "", "", 2)
+        _online_softmax(m, "", 2)
     elif _folded(m, loop):  # the scores carry log2(e) already
-        _online_softmax(m, "", "", 1)
+        _online_softmax(m, "", 1)
     else:  # natural units: exp(x) = exp2(x * log2(e))
-        _online_softmax(m, f" * {LOG2E}", f" * {LOG2E}", 1)
+        _online_softmax(m, f" * {LOG2E}", 1)
     m.emit("l_i = l_i * alpha + gl.sum(P, axis=1)", 1)
     m.tl(loop.p_cast, 1)
     m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
@@ -221,8 +223,7 @@ def compute_fn(m: Writer) -> None:
 
 
 def _epilogue(m: Writer) -> None:
-    # the running max is in log2 units when the scale was folded (see _folded), natural units otherwise
-    lse_of = "(m_i + gl.log2(l_i)) * " + repr(LN2) if _folded(m, m.hk.loops[-1]) else f"m_i + gl.log2(l_i) * {LN2!r}"
+    lse_of = f"(m_i + gl.log2(l_i)) * {LN2!r}"  # the running max is in log2 units (softmax_fn)
     for s in m.hk.epilogue:
         m.tl(s, 1)
         if isinstance(s, n.Normalize):
