@@ -9,6 +9,7 @@ import pytest
 
 from attnforge.cache import entry_key
 from attnforge.cli import main
+from attnforge.errors import AttnforgeError
 from attnforge.generate import generate
 from attnforge.spec import AttentionSpec
 from attnforge.targets import get_target
@@ -121,3 +122,39 @@ def test_an_entry_says_which_kind_of_program_it_was_measured_on():
     # entries written before the kind was recorded: decode parameters carried NSPLIT then
     assert database.kind_of(database.Entry(params={"BM": 16, "BN": 64, "NSPLIT": 8}, **fields)) == "decode"
     assert database.kind_of(database.Entry(params={"BM": 128, "BN": 64}, **fields)) == "prefill"
+
+
+def test_a_head_to_head_records_times_taken_in_turns_and_auto_follows_them(_db, monkeypatch):
+    """Each backend's search, then the winners timed in alternating order on the same inputs; the
+    entries carry those times, and --backend auto builds with the faster (the searches' own times,
+    which said the opposite here, are not what is compared)."""
+    from attnforge.backends import choose_backend_and_reason
+    from attnforge.tune import search
+
+    target = get_target("h100")
+    searched = {"triton": 1.0, "cuda": 2.0}  # what each search measured: triton looks faster
+    side_by_side = {"triton": [3.0, 3.1, 2.9], "cuda": [2.0, 2.2, 2.1]}  # in turns: cuda is
+    order = []
+
+    def fake_tune(spec, target, *, backend, record, **_search):
+        assert not record  # only the head-to-head times are recorded
+        entry = database.Entry(target=target.name, backend=backend, spec=database.spec_key(spec), seq=database.seq_bucket(spec),
+                               params={"BM": 64}, ms=searched[backend], planner_ms=searched[backend], device="NVIDIA H100",
+                               shape="B=1 Hq=1/Hkv=1 Sq=32 Sk=48", measured="today", tried=1, kind="prefill")
+        return search.Outcome(entry, [], kernel=backend)
+
+    def fake_time(kernel, inputs, spec, native):
+        order.append(kernel)
+        return side_by_side[kernel][sum(k == kernel for k in order) - 1]
+
+    monkeypatch.setattr(search, "tune", fake_tune)
+    monkeypatch.setattr(search, "_time", fake_time)
+    outcomes = search.tune_head_to_head(SPEC, target, ["triton", "cuda"], rounds=3, db=_db)
+    assert order == ["triton", "cuda", "cuda", "triton", "triton", "cuda"]
+    assert {n: o.entry.ms for n, o in outcomes.items()} == {"triton": 3.0, "cuda": 2.1}
+    assert "head to head with cuda 2.100 ms (3 rounds in turns)" in outcomes["triton"].entry.measured
+    assert len(database.read(_db)) == 2
+    backend, why = choose_backend_and_reason("auto", SPEC, target)
+    assert backend.name == "cuda" and "cuda 2.100 ms, triton 3.000 ms" in why
+    with pytest.raises(AttnforgeError, match="two or more different backends"):
+        search.tune_head_to_head(SPEC, target, ["triton", "triton"])

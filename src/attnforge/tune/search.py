@@ -48,6 +48,7 @@ class Trial:
 class Outcome:
     entry: database.Entry | None
     trials: list[Trial] = field(default_factory=list)
+    kernel: object = field(default=None, repr=False)  # the entry's kernel, loaded (for a head-to-head)
 
 
 def timing_shape(spec: AttentionSpec, seq: str, native: bool) -> tuple[int, int, int, int, int]:
@@ -163,6 +164,7 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
     trials: list[Trial] = []
     pruned_by: list[tuple[str, dict[str, int]]] = []
     inputs = _inputs(spec, B, Hq, Hkv, Sq, Sk, "cuda" if native else "cpu")
+    best_kernel: tuple[float, object] | None = None
     with tempfile.TemporaryDirectory(prefix="attnforge-tune-") as tmp:
         for i, params in enumerate(order):
             if time.monotonic() > deadline and trials:
@@ -185,6 +187,8 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
             kernel = chosen.load(out / chosen.source_file, interpret=not native)
             trial.ms = _time(kernel, inputs, spec, native)
             say(f"{_fmt(params)}: {trial.ms:.3f} ms" + (" (the planner's first choice)" if params == first else ""))
+            if best_kernel is None or trial.ms < best_kernel[0]:
+                best_kernel = (trial.ms, kernel)
     timed = [t for t in trials if t.ms is not None]
     if not timed:
         return Outcome(None, trials)
@@ -198,7 +202,46 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
                            rejected=[f"{_fmt(t.params)}: {t.rejected}" for t in trials if t.rejected], kind=kind)
     if record:
         database.record(entry, db)
-    return Outcome(entry, trials)
+    return Outcome(entry, trials, best_kernel[1])
+
+
+def tune_head_to_head(spec: AttentionSpec, target: Target, backends: list[str], *, rounds: int = 5, seq: str | None = None,
+                      db: Path | None = None, record: bool = True, progress: Progress | None = None, **search) -> dict[str, Outcome]:
+    """Each backend's search (``tune``), then their best kernels timed in turns on the same inputs,
+    ``rounds`` rounds, each entry's time the median of its rounds: times taken side by side in one
+    run, which ``--backend auto`` compares to choose (times from different runs, before and after a
+    backend changed, chose wrong). A backend whose search found nothing is left out."""
+    import statistics
+
+    import torch
+
+    say = progress or (lambda text: None)
+    if len(set(backends)) != len(backends) or len(backends) < 2:
+        raise AttnforgeError(f"a head-to-head needs two or more different backends, not {','.join(backends)}", where="--backend",
+                             hint="e.g. --backend triton,gluon")
+    outcomes = {}
+    for name in backends:
+        say(f"searching the {name} backend")
+        outcomes[name] = tune(spec, target, backend=name, seq=seq, record=False, progress=progress, **search)
+    found = {name: o for name, o in outcomes.items() if o.entry is not None}
+    if len(found) >= 2:
+        native = torch.cuda.is_available()
+        B, Hq, Hkv, Sq, Sk = timing_shape(spec, seq or database.seq_bucket(spec), native)
+        inputs = _inputs(spec, B, Hq, Hkv, Sq, Sk, "cuda" if native else "cpu")
+        times: dict[str, list[float]] = {name: [] for name in found}
+        for r in range(rounds):
+            for name in (list(found) if r % 2 == 0 else list(found)[::-1]):  # in turns, the order alternating
+                times[name].append(_time(found[name].kernel, inputs, spec, native))
+        for name, outcome in found.items():
+            entry = outcome.entry
+            entry.ms = statistics.median(times[name])
+            others = ", ".join(f"{other} {statistics.median(times[other]):.3f} ms" for other in found if other != name)
+            entry.measured += f"; head to head with {others} ({rounds} rounds in turns)"
+            say(f"head to head: {name} {entry.ms:.3f} ms ({', '.join(f'{t:.3f}' for t in times[name])})")
+    for outcome in found.values():
+        if record:
+            database.record(outcome.entry, db)
+    return outcomes
 
 
 def _inputs(spec: AttentionSpec, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, device: str):
@@ -243,4 +286,4 @@ def _fmt(params: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
-__all__ = ["Outcome", "Trial", "neighbours", "timing_shape", "tune"]
+__all__ = ["Outcome", "Trial", "neighbours", "timing_shape", "tune", "tune_head_to_head"]
