@@ -67,14 +67,17 @@ def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int) -> None:
 
 def _grid(m: Writer) -> tuple[list[str], list[str]]:
     """Kernel lines that recover the grid coordinates, and the host's grid extents: the first
-    axis is program_id(0), the others are folded into program_id(1) (CUDA's y/z are too short)."""
+    axis is program_id(0), counted down, the others are folded into program_id(1) (CUDA's y/z are too short)."""
     axes = m.hk.kernel.grid
     ctx = m.ctx()
     from ..triton.exprs import host
 
     host_names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")} | {k: str(v) for k, v in m.hk.params.items()}
     hctx = ExprContext(host_names, file=m.file)
-    kernel = [f"{axes[0].name} = gl.program_id(0)"]
+    # the row tiles of one (b, h) in reverse: under a causal mask the last tiles see the most keys, and
+    # launched first they leave the short ones for the end of the grid, where they fill the tail
+    # (the tiles of one (b, h) stay together on the x axis, for K/V reuse in L2)
+    kernel = [f"{axes[0].name} = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest causal row tiles first"]
     if len(axes) > 1:
         kernel.append("rest = gl.program_id(1)")
         for i, ax in enumerate(reversed(axes[1:])):

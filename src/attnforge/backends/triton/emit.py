@@ -156,7 +156,9 @@ class KernelEmitter:
 
     def _grid(self) -> None:
         """Flatten the TL grid onto Triton's axis 0, the last TL axis fastest (neighbouring
-        programs share K/V in L2)."""
+        programs share K/V in L2), counted down: a prefill grid's last axis is its row tiles, and
+        under a causal mask the last tiles see the most keys; launched first, they leave the short
+        ones to fill the end of the grid."""
         k = self.k
         if not k.grid:
             self.emit("# TL grid: one program")
@@ -164,13 +166,13 @@ class KernelEmitter:
         self.emit(f"# TL grid: {', '.join(f'{g.name} : {tl_expr(g.extent)}' for g in k.grid)} (flattened, {k.grid[-1].name} fastest)")
         if self.persistent:
             total = " * ".join(f"({self.dev(g.extent)})" for g in k.grid)
-            self.emit("# persistent: one program per SM walks the grid's points in order, stride = programs")
+            self.emit("# persistent: one program per SM walks the grid's points from the last, stride = programs")
             self.emit(f"num_tiles = {total}")
             self.emit("for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):")
             self.depth += 1
-            self.emit("pid = tile")
+            self.emit("pid = num_tiles - 1 - tile  # heaviest causal row tiles first")
         else:
-            self.emit("pid = tl.program_id(0)")
+            self.emit("pid = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest causal row tiles first")
         grid_names = {g.name for g in k.grid}
         for i, g in enumerate(reversed(k.grid)):
             if n.expr_names(g.extent) & grid_names:
