@@ -147,7 +147,9 @@ class KernelEmitter(MemoryEmitter, ComputeEmitter):
             return []
         grid_names = {g.name for g in k.grid}
         self.emit(f"// TL grid: {', '.join(f'{g.name} : {tl_expr(g.extent)}' for g in k.grid)} (flattened onto blockIdx.x, {k.grid[-1].name} fastest)")
-        self.emit("long long af_pid = blockIdx.x;")
+        # counted down: a prefill grid's last axis is its row tiles, and under a causal mask the last
+        # tiles see the most keys; launched first, they leave the short ones to fill the grid's tail
+        self.emit("long long af_pid = (long long)gridDim.x - 1 - blockIdx.x;  // heaviest causal row tiles first")
         host = []
         for i, g in enumerate(reversed(k.grid)):
             if n.expr_names(g.extent) & grid_names:
