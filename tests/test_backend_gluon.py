@@ -157,7 +157,7 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_alibi", "blackwell"}
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)

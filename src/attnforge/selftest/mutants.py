@@ -25,6 +25,8 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
     # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
+    # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
+    "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -34,7 +36,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_alibi": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,11 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"^\s*mbarrier\.wait\(turn\.index\(WG\), turns & 1\)[^\n]*\n", "",
            "the two warpgroups issue their GEMMs without taking turns", every=True,
            equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
+    Mutant("gluon_softmax_max_units_mixed", "hopper_alibi", "kernel",
+           r"P = gl\.exp2\(S \* 1\.4426950408889634 - gl\.expand_dims\(m_use, 1\)\)\n(\s*)alpha = gl\.exp2\(m_i - m_use\)",
+           r"P = gl.exp2(S * 1.4426950408889634 - gl.expand_dims(m_use * 1.4426950408889634, 1))\n\1alpha = gl.exp2((m_i - m_use) * 1.4426950408889634)",
+           "the natural-units softmax subtracts its log2-unit running max as if natural (bec40cc, caught by the GPU grid): "
+           "exact until a row's scores are far below zero, then exp2 overflows"),
     # sm_100 (tcgen05 into tensor memory): run by gpucheck on a Blackwell GPU only
     Mutant("tcgen05_s_wait_dropped", "blackwell", "kernel",
            r"(tcgen05_mma\(q_t, k_t, s_tmem, [^\n]*\n\s*# TL: Wait GEMM S\n)\s*mbarrier\.wait\(mma_bar, mma_phase\)\n\s*mma_phase \^= 1\n", r"\1",
