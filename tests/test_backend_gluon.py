@@ -436,3 +436,21 @@ def test_a_kernel_compiles_only_for_the_family_it_is_written_for(tmp_path):
         path.write_text(gluon.translate(program, head_dim=64, head_dim_v=64).source)
         with pytest.raises(AttnforgeError, match=f"written for {planned.sm}"):
             compile_for_target(_import(path), other)
+
+
+def test_later_calls_of_a_dispatch_key_skip_the_checks_but_not_the_descriptors():
+    """attention()'s dispatch cache: a Gluon module's later calls skip the argument checks the
+    first passed; they are never replayed from a recording (its descriptors would be stale)."""
+    from types import SimpleNamespace
+
+    from attnforge.backends.gluon.kernel import GluonKernel
+
+    calls = []
+    kernel = object.__new__(GluonKernel)  # no GPU here: the module is a stand-in for the loaded one
+    kernel.module = SimpleNamespace(launch=lambda *tensors, **kw: calls.append((tensors, kw)))
+    kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked"}
+    fast = kernel.checked_launch([], scale=0.5)
+    fast("q", "k", "v", "o", "lse")
+    assert calls == [(("q", "k", "v", "o", "lse"), {"checked": True, "scale": 0.5})]
+    kernel.accepts = {"q", "k", "v", "o", "lse", "scale"}  # a module without the option keeps its checks
+    assert kernel.checked_launch([], scale=0.5) is None

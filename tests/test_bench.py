@@ -21,7 +21,7 @@ from attnforge.bench.providers import Prepared, Provider, Sdpa, Unsupported
 from attnforge.bench.runner import run_rows
 from attnforge.cli import build_parser, main
 
-PROVIDERS = ["sdpa-cudnn", "sdpa-flash", "flex", *(f"attnforge-{b}" for b in backend_names())]
+PROVIDERS = ["sdpa-cudnn", "sdpa-flash", "flex", *(f"attnforge-{b}" for b in backend_names()), "attnforge-auto"]
 
 
 def plan(capsys, *flags: str) -> tuple[int, dict, str]:

@@ -4,7 +4,9 @@ for: Gluon has no CPU interpreter, and a tcgen05 kernel does not compile for a H
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Callable, Optional
 
 from ...errors import AttnforgeError
 from ..triton.kernel import GeneratedKernel, gpu_available
@@ -27,3 +29,13 @@ class GluonKernel(GeneratedKernel):
         if major != ARCH_MAJOR[arch]:
             raise AttnforgeError(f"this Gluon kernel is written for {arch}; the local GPU, {torch.cuda.get_device_name()}, is sm_{major}x",
                                  where=str(path), hint=NO_INTERPRETER)
+
+    def checked_launch(self, slots: list, **scalars) -> Optional[Callable[..., None]]:
+        """For the later calls of an ``attention()`` dispatch key whose first launch passed every
+        check: the module's launch with its argument checks skipped. Not the recorded direct
+        launch the Triton modules get (``replay.KeyLaunch``): Gluon's host descriptors are another
+        class than the ones the replay rebuilds per call, so it would hand a later call the first
+        call's descriptors; each call goes through Triton's JIT instead."""
+        if "checked" not in self.accepts:
+            return None
+        return functools.partial(self.module.launch, checked=True, **scalars)
