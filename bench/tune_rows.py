@@ -12,7 +12,6 @@ Then merge --db's entries into src/attnforge/tune/shipped.json.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time

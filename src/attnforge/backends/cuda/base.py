@@ -58,6 +58,20 @@ class Shared:
         return self.slots * self.slot_elems * 2
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Which global rows a tile holds: tile row i is view row ``first + i`` (C++). In a packed view
+    (``Allocate ... pack G``) view row r is head ``head0 + r % G`` (h_idx) at position ``r // G``
+    (q_idx): ``pos``/``head`` are those two as C++ templates of the view row ``{r}``."""
+
+    first: str
+    pos: str | None = None
+    head: str | None = None
+
+    def position(self, row: str) -> str:
+        return self.pos.format(r=row) if self.pos else row
+
+
 @dataclass
 class RTile:
     """A register tile, or a register name for a shared tile (an operand ldmatrix reads)."""
@@ -68,10 +82,11 @@ class RTile:
     fmt: str
     ncols: int = 0  # padded columns (acc/afrag), or the k extent
     true_cols: int = 0
-    rows: str | None = None  # C++ expression of the tile's first global row (q_idx)
+    rows: Rows | None = None  # the tile's global rows (q_idx, and h_idx for a packed view)
     cols: str | None = None  # ... of its first global column (kv_idx)
     shared: Shared | None = None
     partial_sum: bool = False  # a row sum each thread holds for its own columns only (quad-reduce before use)
+    whole_sum: bool = False  # a row sum every lane of the quad holds whole (a 1-d OnlineSoftmax's): never quad-reduced
     dims: tuple = ()
 
     @property
@@ -111,7 +126,10 @@ class EmitterBase:
         for name, value in facts.params.items():
             names[name] = name if name in facts.constants else str(value)
         names.update({s: s for s in kernel.scalars})
-        self.scope = Scope(names, set(SIZE_ARGS) | {"D", "Dv"} | set(facts.params) | {g.name for g in kernel.grid})
+        # launch-time values (a split count): int kernel arguments the host computes per call, >= 1
+        self.launch = tuple(v.name for v in facts.launch)
+        names.update({v: v for v in self.launch})
+        self.scope = Scope(names, set(SIZE_ARGS) | {"D", "Dv"} | set(facts.params) | set(self.launch) | {g.name for g in kernel.grid})
         self.floats = frozenset({s for s in kernel.scalars if s not in INT_SCALARS} | {"score"})
         self.shared: dict[str, Shared] = {}
         self.pipe: Pipe | None = None
@@ -135,16 +153,17 @@ class EmitterBase:
         return tl_name
 
     def dev(self, e: n.Expr, extra: dict[str, str] | None = None) -> str:
-        ctx = exprs.ExprContext({**self.scope.names, **(extra or {})}, set(self.scope.nonneg), self._index, self.file, set(self.floats))
+        # an element read's indices see the names of the expression around it (h_idx, q_idx)
+        ctx = exprs.ExprContext({**self.scope.names, **(extra or {})}, set(self.scope.nonneg), lambda i: self._index(i, extra), self.file, set(self.floats))
         return exprs.device(e, ctx)
 
-    def _index(self, e: n.Index) -> str:
+    def _index(self, e: n.Index, extra: dict[str, str] | None = None) -> str:
         if e.name not in self.facts.tensors:
             self.fail(e, f"{e.name}[...] reads a tensor this kernel does not take")
         rank = self.facts.ranks[e.name]
         if len(e.args) != rank:
             self.fail(e, f"{e.name} has {rank} dimensions; {e.name}[...] gives {len(e.args)} index(es)")
-        terms = " + ".join(f"(long long)({self.dev(a)}) * stride_{e.name}{i}" for i, a in enumerate(e.args))
+        terms = " + ".join(f"(long long)({self.dev(a, extra)}) * stride_{e.name}{i}" for i, a in enumerate(e.args))
         return f"{e.name}_ptr[{terms}]"
 
     def int_value(self, e: n.Expr, node: n.Node, what: str) -> int:
@@ -183,7 +202,8 @@ class EmitterBase:
 
     # ------------------------------------------------------------------ fragment loops
     def frag_loops(self, t: RTile, body: list[str], need_cols: bool = True) -> None:
-        """``body`` once per fragment element of ``t``: af_mt, af_nt, af_e; af_qi / af_ki its global row / column."""
+        """``body`` once per fragment element of ``t``: af_mt, af_nt, af_e; af_qi / af_ki its global
+        row / column, and af_hi the head of a packed row (h_idx)."""
         self.emit("#pragma unroll")
         self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt) {")
         self.depth += 1
@@ -191,7 +211,7 @@ class EmitterBase:
             self.emit("#pragma unroll")
             self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
             self.depth += 1
-            self.emit(f"const int af_qi = {t.rows or 0} + af_warp * (af_MT * 16) + af_mt * 16 + af_g + af_r * 8; (void)af_qi;")
+            self._row_indices(t, "af_r")
         else:
             self.emit("#pragma unroll")
             self.emit(f"for (int af_nt = 0; af_nt < {t.ncols // 8}; ++af_nt) {{")
@@ -199,7 +219,7 @@ class EmitterBase:
             self.emit("#pragma unroll")
             self.emit("for (int af_e = 0; af_e < 4; ++af_e) {")
             self.depth += 1
-            self.emit(f"const int af_qi = {t.rows or 0} + af_warp * (af_MT * 16) + af_mt * 16 + af_g + (af_e >> 1) * 8; (void)af_qi;")
+            self._row_indices(t, "(af_e >> 1)")
             if need_cols:
                 self.emit(f"const int af_ki = {t.cols or 0} + af_nt * 8 + af_t * 2 + (af_e & 1); (void)af_ki;")
         for line in body:
@@ -208,6 +228,17 @@ class EmitterBase:
         for _ in range(closes):
             self.depth -= 1
             self.emit("}")
+
+    def _row_indices(self, t: RTile, half: str) -> None:
+        """af_qi (and af_hi for a packed tile) of the fragment row this thread holds: rows g and g + 8."""
+        first = t.rows.first if t.rows else "0"
+        row = f"{first} + af_warp * (af_MT * 16) + af_mt * 16 + af_g + {half} * 8"
+        if t.rows is None or t.rows.pos is None:
+            self.emit(f"const int af_qi = {row}; (void)af_qi;")
+            return
+        self.emit(f"const int af_vr = {row};  // the packed view's row: (head, position) of the group")
+        self.emit(f"const int af_qi = {t.rows.position('af_vr')}; (void)af_qi;")
+        self.emit(f"const int af_hi = {t.rows.head.format(r='af_vr')}; (void)af_hi;")
 
     @staticmethod
     def elem(t: RTile) -> str:

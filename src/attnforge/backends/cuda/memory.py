@@ -1,16 +1,22 @@
-"""The CUDA backend's memory movement: Allocate (global views, shared regions, register tiles),
-Copy global -> shared (16-byte cp.async, or vector loads on sm_75), shared -> register (ldmatrix
-of MMA operands), register -> global (predicated stores), and the pipelined loop that issues a
-loop's global -> shared Copies stages-1 iterations ahead and waits for each at the depth it needs
-(its waits are recorded for ``compile.lint``)."""
+"""The CUDA backend's memory movement: Allocate (global views, packed or not; shared regions;
+register tiles), Copy global -> shared (16-byte cp.async, or vector loads on sm_75), shared ->
+register (ldmatrix of MMA operands), global -> register (straight into the fragment layout: a
+split-KV combine's partial results), register -> global (predicated stores), and the pipelined
+loop that issues a loop's global -> shared Copies stages-1 iterations ahead and waits for each at
+the depth it needs (its waits are recorded for ``compile.lint``).
+
+A packed view (``Allocate ... pack G``) has rows that are (head, position) pairs: view row r is
+slice ``offset[-1] + r % G`` of the packed dimension at position ``r // G`` of the next one, so
+every row gets its own pointer (``_row_offset``) and its Copies are masked by the view's rows."""
 
 from __future__ import annotations
 
 from ...analysis import View
+from ...analysis.bounds import nonnegative
 from ...tl import nodes as n
 from ...tl.printer import expr as tl_expr
 from ...tl.printer import stmt as tl_stmt
-from .base import CTYPE, INDENT, EmitterBase, Pipe, RTile, ceil16
+from .base import CTYPE, INDENT, EmitterBase, Pipe, Rows, RTile, ceil16
 
 # Registers a warp may spend on the query tile's A fragments before they are re-read from
 # shared memory per k slice instead (FlashAttention-2 keeps Q in shared memory by default too).
@@ -26,16 +32,19 @@ class MemoryEmitter(EmitterBase):
         if s.level == "global":
             if s.tensor not in self.facts.ranks:
                 self.fail(s, f"{s.tensor!r} is not a tensor argument")
-            if s.pack is not None:  # rows that are (head, position) pairs: not written here, so refused, never ignored
-                self.fail(s, "packed-GQA views (Allocate ... pack G) are not translated to CUDA yet", "use --backend triton for packed programs")
             rank = self.facts.ranks[s.tensor]
             if len(s.offset) + len(s.shape) != rank:
                 self.fail(s, f"{s.tensor} has {rank} dimensions; offset {len(s.offset)} + shape {len(s.shape)} do not add up")
+            if s.pack is not None and (not s.offset or len(s.shape) not in (1, 2)):
+                self.fail(s, "a packed view packs slices of its last offset's dimension into the rows of a 1-d or 2-d view",
+                          "write Allocate Q in global (G * Sq, D) at q[b, hk * G] pack G")
             ctype = CTYPE[self.facts.formats[s.tensor]]
             const = "const " if s.tensor in ("q", "k", "v", "alibi_slopes") else ""
             terms = "".join(f" + (long long)({self.dev(e)}) * stride_{s.tensor}{i}" for i, e in enumerate(s.offset))
             self.emit(f"{const}{ctype}* {name} = {s.tensor}_ptr{terms};")
-            self.scope.views[s.name] = View(s.tensor, s.shape, s.offset, self.facts.formats[s.tensor])
+            self.scope.views[s.name] = View(s.tensor, s.shape, s.offset, self.facts.formats[s.tensor], s.pack)
+            if s.pack is not None:
+                self.emit(f"// packed: view row r is {s.tensor} slice {tl_expr(s.offset[-1])} + r % ({tl_expr(s.pack)}) at position r // ({tl_expr(s.pack)})")
             return
         if s.level == "shared":
             sh = self.shared[s.name]
@@ -56,6 +65,30 @@ class MemoryEmitter(EmitterBase):
             self.fail(s, "register tiles are 1-d or 2-d")
         self.declare(t, init)
         self.scope.tiles[s.name] = t
+
+    # ------------------------------------------------------------------ rows of a view
+    def _packed_parts(self, view: View, coord: n.Expr, row: str) -> tuple[str, str]:
+        """(position, slice in the group) of packed view row ``row``: TL's // and % round toward minus
+        infinity, C++'s toward zero; the plain operators where the row is provably >= 0."""
+        pack = self.dev(view.pack)
+        if nonnegative(coord, self.scope.nonneg) and nonnegative(view.pack, self.scope.nonneg):
+            return f"(({row}) / {pack})", f"(({row}) % {pack})"
+        return f"af_floordiv({row}, {pack})", f"af_floormod({row}, {pack})"
+
+    def _row_offset(self, view: View, coord: n.Expr, row: str) -> str:
+        """The element offset of view row ``row`` from the view's base pointer (int64)."""
+        first_dim = len(view.offset)  # the view's first (row) dimension in the tensor
+        if view.pack is None:
+            return f"(long long)({row}) * stride_{view.tensor}{first_dim}"
+        pos, slot = self._packed_parts(view, coord, row)
+        return f"(long long){slot} * stride_{view.tensor}{first_dim - 1} + (long long){pos} * stride_{view.tensor}{first_dim}"
+
+    def _rows_of(self, view: View, s: n.Copy, row0: str) -> Rows:
+        """The rows a Copy's tile holds, for q_idx / h_idx in masks and score modifiers."""
+        if view.pack is None:
+            return Rows(row0)
+        pos, slot = self._packed_parts(view, s.coord[0], "{r}")
+        return Rows(row0, pos, f"({self.dev(view.offset[-1])} + {slot})")
 
     def _load_code(self, s: n.Copy, var_override: dict[str, str] | None, slot: str) -> list[str]:
         """The code of a global->shared Copy: every thread copies 16-byte pieces of the tile."""
@@ -80,6 +113,8 @@ class MemoryEmitter(EmitterBase):
         nt = self.warps * 32
         trips = -(-chunks // nt)
         guard = "" if chunks % nt == 0 else f"if (af_c < {chunks}) "
+        if view.pack is not None:
+            return self._packed_load_code(s, view, sh, row0, extent, slot, trips, guard)
         return [
             "{",
             f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
@@ -92,6 +127,27 @@ class MemoryEmitter(EmitterBase):
             f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
             f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
             f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? af_src + (long long)af_r * {row_stride} + af_col : {s.src}, af_in);",
+            f"{INDENT * 2}}}",
+            f"{INDENT}}}",
+            "}",
+        ]
+
+    def _packed_load_code(self, s: n.Copy, view: View, sh, row0: str, extent: str, slot: str, trips: int, guard: str) -> list[str]:
+        """``_load_code`` for a packed view: each row's own pointer (head, position), rows past the
+        view's extent (G * Sq) zero-filled."""
+        per_row = sh.cols_pad // 8
+        offset = self._row_offset(view, s.coord[0], "af_row0 + af_r")
+        return [
+            "{",
+            f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;  // packed rows: (head, position) pairs",
+            f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
+            "#pragma unroll",
+            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
+            f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
+            f"{INDENT * 2}{guard}{{",
+            f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
+            f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
+            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {s.src} + {offset} + af_col : {s.src}, af_in);",
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
@@ -115,6 +171,8 @@ class MemoryEmitter(EmitterBase):
             self._store(s)
         elif s.src_level == "shared" and s.dst_level == "register":
             self._to_registers(s)
+        elif s.src_level == "global" and s.dst_level == "register":
+            self._load_fragments(s)
         else:
             self.fail(s, f"a Copy from {s.src_level} to {s.dst_level} has no CUDA translation here", "stage global tiles through shared memory")
 
@@ -127,7 +185,7 @@ class MemoryEmitter(EmitterBase):
             self._emit_lines(self._load_code(s, None, "0"))
             self.emit("af_cp_commit();")
             self._wait(0)
-            self.scope.tiles[s.dst].rows = self.dev(n.Binary("*", s.coord[0], s.tile[0]))
+            self.scope.tiles[s.dst].rows = self._rows_of(self.view(s.src, s), s, self.dev(n.Binary("*", s.coord[0], s.tile[0])))
             return
         i, N, S = pipe.loads.index(s), len(pipe.loads), pipe.stages
         if S == 1:
@@ -153,7 +211,7 @@ class MemoryEmitter(EmitterBase):
                 self.emit("}")
             else:
                 self._wait(N - 1 - i + N * (S - 1))
-        self.scope.tiles[s.dst].rows = self.dev(n.Binary("*", s.coord[0], s.tile[0]))
+        self.scope.tiles[s.dst].rows = self._rows_of(self.view(s.src, s), s, self.dev(n.Binary("*", s.coord[0], s.tile[0])))
 
     def _role(self, name: str) -> str | None:
         """'a' or 'b': how the GEMMs of the kernel read register tile ``name``."""
