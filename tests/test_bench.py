@@ -255,6 +255,10 @@ def test_runner_records_failures_as_na_and_wrong_outputs_as_failed():
     def wrong(row, q, k, v):
         return Prepared(lambda: _exact(row, q, k, v) * 1.1)
 
+    def wrong_when_replayed(row, q, k, v):  # right at its first call, wrong from the second (a replay's bug)
+        made = []
+        return Prepared(lambda: made.append(1) or _exact(row, q, k, v) * (1.0 if len(made) == 1 else 1.1))
+
     def breaks_when_timed(row, q, k, v):
         def fn():
             calls.append(1)
@@ -270,6 +274,7 @@ def test_runner_records_failures_as_na_and_wrong_outputs_as_failed():
         _Fake("static", static="takes fp32 only"),
         _Fake("attnforge-good", prepare=exact, verified=True),
         _Fake("attnforge-wrong", prepare=wrong, verified=True),
+        _Fake("attnforge-wrong-replayed", prepare=wrong_when_replayed, verified=True),
         _Fake("timing-oom", prepare=breaks_when_timed),
     ]
     seen = []
@@ -286,6 +291,7 @@ def test_runner_records_failures_as_na_and_wrong_outputs_as_failed():
         assert res["attnforge-good"]["status"] == "ok" and res["attnforge-good"]["ms"] == 2.0
         assert res["attnforge-good"]["tflops"] == pytest.approx(matrix.Row(**{k: rec[k] for k in ("group", "case", "dtype", "head_dim", "causal", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k")}).flops() / 2.0 / 1e9)
         assert res["attnforge-wrong"]["status"] == "failed" and "||O - ref||" in res["attnforge-wrong"]["reason"]
+        assert res["attnforge-wrong-replayed"]["status"] == "failed"
         assert res["timing-oom"]["status"] == "n/a" and "out of memory" in res["timing-oom"]["reason"]
         calls.clear()
 

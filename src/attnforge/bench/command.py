@@ -182,7 +182,8 @@ def assemble(records: list[dict], providers: list[Provider], env: dict, ns: argp
         "argv": list(sys.argv),
         "timing": timing,
         "conventions": CONVENTIONS,
-        "verification": ("each provider's output against the float64 reference (reference.attention_reference) on slices of "
+        "verification": ("each provider's output of two calls after its first (the second a replayed launch of attention()'s dispatch cache) "
+                         "against the float64 reference (reference.attention_reference) on slices of "
                          f"its row: batches 0 and B-1, query heads 0 and Hq-1, query rows in chunks of {CHUNK} (first, middle, last); "
                          "attnforge: every checked row within numerics.o_row_bound and ||O - ref|| / ||ref|| <= numerics.O_TOLERANCE[dtype]; "
                          "baselines: the norm only"),

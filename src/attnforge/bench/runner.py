@@ -80,11 +80,16 @@ def run_row(row: Row, providers: list[Provider], *, device: Any, timer: Callable
     for name in list(prepared):
         entry = prepared[name]
         try:
-            with entry.context():
-                out = entry.fn()
-            check = (reference.judge(out, row_bounds=by_name[name].verified) if reference is not None
-                     else {"passed": False, "problem": reference_problem})
-            del out
+            # two calls, both judged: attention()'s dispatch cache records a key's launches at its
+            # first cached call and replays them from the next on, and the timed calls are replays
+            checks = []
+            for _ in range(2):
+                with entry.context():
+                    out = entry.fn()
+                checks.append(reference.judge(out, row_bounds=by_name[name].verified) if reference is not None
+                              else {"passed": False, "problem": reference_problem})
+                del out
+            check = next((c for c in checks if not c["passed"]), checks[-1])
         except Exception as err:  # noqa: BLE001
             results[name] = _na("failed on the checked call: " + reason_of(err))
             del prepared[name]
