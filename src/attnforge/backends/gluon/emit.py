@@ -65,30 +65,30 @@ def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int) -> None:
 
 # ---------------------------------------------------------------------- the kernel and the module
 
-def _grid(m: Writer) -> tuple[list[str], list[str]]:
-    """Kernel lines that recover the grid coordinates, and the host's grid extents: the first
-    axis is program_id(0), counted down, the others are folded into program_id(1) (CUDA's y/z are too short)."""
+def _grid(m: Writer) -> tuple[list[str], str]:
+    """Kernel lines that recover the grid coordinates from program_id(0), and the host's grid
+    size: every TL axis flattened onto x (CUDA's y and z stop at 65535), the first (the row
+    tiles m) fastest, so that the tiles of one (b, h) run together and share K/V in L2; m counted
+    down: under a causal mask the last row tiles see the most keys, and launched first they leave
+    the short ones to fill the grid's tail."""
     axes = m.hk.kernel.grid
     ctx = m.ctx()
     from ..triton.exprs import host
 
     host_names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")} | {k: str(v) for k, v in m.hk.params.items()}
     hctx = ExprContext(host_names, file=m.file)
-    # the row tiles of one (b, h) in reverse: under a causal mask the last tiles see the most keys, and
-    # launched first they leave the short ones for the end of the grid, where they fill the tail
-    # (the tiles of one (b, h) stay together on the x axis, for K/V reuse in L2)
-    kernel = [f"{axes[0].name} = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest causal row tiles first"]
-    if len(axes) > 1:
-        kernel.append("rest = gl.program_id(1)")
-        for i, ax in enumerate(reversed(axes[1:])):
-            last = i == len(axes) - 2
-            kernel.append(f"{ax.name} = rest" if last else f"{ax.name} = rest % ({device(ax.extent, ctx)})")
-            if not last:
-                kernel.append(f"rest = rest // ({device(ax.extent, ctx)})")
-    extents = [host(axes[0].extent, hctx)]
-    if len(axes) > 1:
-        extents.append(" * ".join(f"({host(ax.extent, hctx)})" for ax in axes[1:]))
-    return kernel, extents
+    if len(axes) == 1:
+        return [f"{axes[0].name} = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest causal row tiles first"], host(axes[0].extent, hctx)
+    first = device(axes[0].extent, ctx)
+    kernel = ["pid = gl.program_id(0)",
+              f"{axes[0].name} = ({first}) - 1 - pid % ({first})  # heaviest causal row tiles first",
+              f"rest = pid // ({first})"]
+    for i, ax in enumerate(reversed(axes[1:])):
+        last = i == len(axes) - 2
+        kernel.append(f"{ax.name} = rest" if last else f"{ax.name} = rest % ({device(ax.extent, ctx)})")
+        if not last:
+            kernel.append(f"rest = rest // ({device(ax.extent, ctx)})")
+    return kernel, " * ".join(f"({host(ax.extent, hctx)})" for ax in axes)
 
 
 def _kernel_fn(m: Writer) -> None:
@@ -163,7 +163,7 @@ def _arrivals(m: Writer, barrier: str) -> int:
 
 def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     hk = m.hk
-    _, extents = _grid(m)
+    _, programs = _grid(m)
     scalars = list(m.scalars)
     tensors = ["alibi_slopes"] if m.alibi else []
     keywords = "".join(f"{x}, " for x in scalars + tensors)
@@ -185,10 +185,10 @@ def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
     m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
            "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
-    m.emit(f"grid = ({', '.join(extents)},)", 1)
-    m.emit("if len(grid) > 1 and grid[1] > 65535:  # (b, h) ride on the grid's y axis, next to m on x for K/V reuse in L2", 1)
-    m.emit("raise LaunchError(f\"B * Hq = {grid[1]} programs exceed the grid's y limit of 65535\", where=\"q\", "
-           "hint=\"split the batch into calls of fewer sequences, or use --backend triton\")", 2)
+    m.emit(f"grid = ({programs},)", 1)
+    m.emit("if grid[0] > 2**31 - 1:  # the grid's x limit", 1)
+    m.emit("raise LaunchError(f\"{grid[0]} programs exceed the grid's limit of 2**31 - 1\", where=\"q\", "
+           "hint=\"split the batch into calls of fewer sequences\")", 2)
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
     m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, SCALE_POSITIVE={positive}, num_warps=WG_WARPS)", 1)
