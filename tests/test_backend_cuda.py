@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -114,7 +115,7 @@ def test_features_translate_to_cxx_and_compile(tmp_path):
     (AttentionSpec(heads=4, head_dim=64, dtype="fp16"), "v100", "--backend triton"),
     (AttentionSpec(heads=4, head_dim=64, dtype="fp32"), "a100", "dtype fp32"),
     (AttentionSpec(heads=4, head_dim=100, dtype="fp16"), "a100", "multiples of 8"),
-    (AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512), "a100", "decode"),
+    (AttentionSpec(heads=8, kv_heads=2, head_dim=256, dtype="fp16", seqlen_q=1, seqlen_k=512), "a100", "packed-GQA decode"),
 ])
 def test_unsupported_specs_are_refused_with_the_reason(spec, target, words):
     why = cuda.unsupported(spec, get_target(target))
@@ -124,14 +125,15 @@ def test_unsupported_specs_are_refused_with_the_reason(spec, target, words):
 
 
 def test_unexpressible_programs_are_refused_at_translate_time():
+    # split-KV decode translates (tests/test_backend_cuda_decode.py); a launch-time value named like a
+    # size would shadow it on the host: refused at its launch line
     decode = plan(AttentionSpec(heads=4, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512), get_target("a100"))
-    with pytest.raises(TranslateError, match="split-KV"):
-        cuda.translate(decode.program, head_dim=64, head_dim_v=64)
-    # one kernel with a split count chosen at launch: refused at its launch line, with the way out
-    alone = n.Program((decode.program.kernels[0],))
-    with pytest.raises(TranslateError, match="launch-time value NSPLIT") as info:
-        cuda.translate(alone, head_dim=64, head_dim_v=64)
-    assert info.value.where.line == decode.program.kernels[0].launch[0].line and "--backend triton" in info.value.hint
+    assert cuda.translate(decode.program, head_dim=64, head_dim_v=64).source.count('extern "C" __global__') == 2
+    kernel = decode.program.kernels[0]
+    clash = n.Program((replace(kernel, launch=(replace(kernel.launch[0], name="Sk"),)),))
+    with pytest.raises(TranslateError, match="launch-time value 'Sk' clashes") as info:
+        cuda.translate(clash, head_dim=64, head_dim_v=64)
+    assert info.value.where.line == kernel.launch[0].line
     tma = plan(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("h100"))
     assert tma.params.get("tma") == 1
     with pytest.raises(TranslateError, match="strategy tma = 1"):
@@ -200,14 +202,13 @@ def test_auto_prefers_cuda_on_sm75_only_with_a_gpu_to_verify_on(monkeypatch):
     assert cuda.unsupported(AttentionSpec(heads=4, head_dim=64, dtype="bf16"), get_target("t4")) is not None
 
 
-def test_packed_views_and_packed_specs_are_refused_not_mistranslated():
-    """The CUDA emitter does not write packed-GQA rows: a packed view is a TranslateError (never
-    ignored), and a spec the planner would pack is unsupported up front."""
+def test_packed_views_translate_to_per_row_pointers_and_packed_specs_are_accepted():
+    """A packed view's rows are (head, position) pairs, each with its own pointer (pack 1: the
+    head of the view's offset at every position); a spec the planner packs is supported."""
     from pathlib import Path
 
     import attnforge.tl as tl_package
     from attnforge.backends import get_backend
-    from attnforge.errors import TranslateError
     from attnforge.spec import AttentionSpec
     from attnforge.targets import get_target
     from attnforge.tl.parser import parse
@@ -215,10 +216,10 @@ def test_packed_views_and_packed_specs_are_refused_not_mistranslated():
     text = (Path(tl_package.__file__).parent / "library" / "gqa_fwd.tl").read_text()
     line = next(line for line in text.splitlines() if line.startswith("Allocate Q in global"))
     backend = get_backend("cuda")
-    with pytest.raises(TranslateError, match="packed-GQA views"):
-        backend.translate(parse(text.replace(line, line + " pack 1")), head_dim=64, head_dim_v=64)
+    src = backend.translate(parse(text.replace(line, line + " pack 1")), head_dim=64, head_dim_v=64).source
+    assert "Q + (long long)((af_vr) % 1) * stride_q1 + (long long)((af_vr) / 1) * stride_q2 + af_col" in src
     speculative = AttentionSpec(heads=8, kv_heads=2, head_dim=64, seqlen_q=4, seqlen_k=100, dtype="fp16")
-    assert "packed GQA" in backend.unsupported(speculative, get_target("a100"))
+    assert backend.unsupported(speculative, get_target("a100")) is None
 
 
 @pytest.mark.parametrize("cuda_ms, cuda_shape, cuda_device, chosen", [

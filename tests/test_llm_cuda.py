@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from attnforge.backends import get_backend
 from attnforge.backends.cuda.compile import compile_for_target
 from attnforge.backends.cuda.module import KERNEL_MARK
+from attnforge.errors import AttnforgeError
 from attnforge.llm import cuda_gate
 from attnforge.llm.budget import Budget
 from attnforge.llm.errors import UnsafeCodeError
@@ -254,3 +255,16 @@ def test_the_pipeline_writes_the_cuda_file_and_says_why_it_is_not_verified(https
     assert main(["verify", str(out)]) != 0
     printed = capsys.readouterr()
     assert "the file's head (launch facts and prelude) is not the one attnforge writes" in printed.out + printed.err
+
+
+def test_a_model_is_not_asked_to_write_split_kv_decode_kernels(monkeypatch, tmp_path):
+    """Refused before any request: the model writes one-kernel prefill programs for CUDA only."""
+    import attnforge.llm.pipeline as pipeline
+    from attnforge.llm.pipeline import LLMOptions, run
+
+    monkeypatch.setattr(pipeline, "gpu_present", lambda: True)
+    client = Scripted([])
+    decode = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=512)
+    with pytest.raises(AttnforgeError, match="writes prefill kernels only") as err:
+        run(LLMOptions("openai:scripted", translate="llm", backend="cuda"), decode, A100, tmp_path / "out", client=client)
+    assert err.value.where == "--translate" and client.requests == []

@@ -159,6 +159,18 @@ def refuse_unverifiable_gluon(options: LLMOptions, target: Target) -> None:
                                                       "target), or run on such a GPU, or use --backend triton")
 
 
+def refuse_cuda_decode_by_model(options: LLMOptions, spec: AttentionSpec) -> None:
+    """A model writes the CUDA kernels of one-kernel prefill programs only: the split-KV decode
+    program (two kernels, scratch, a split count chosen per call) has no ABI for it, and its
+    combine kernel would fail the PTX audit's prefill rules after the model's rounds were spent."""
+    from ..plan.builtin import packs_gqa
+
+    if options.backend == "cuda" and options.translate == "llm" and (spec.is_decode or packs_gqa(spec)):
+        raise AttnforgeError(f"--translate llm with the cuda backend writes prefill kernels only; {spec.describe()} is a split-KV "
+                             "decode program", where="--translate",
+                             hint="use --translate builtin (attnforge's CUDA backend translates the model's TL), or --backend triton")
+
+
 def gpu_present() -> bool:
     import torch
 
@@ -190,6 +202,7 @@ def run(options: LLMOptions, spec: AttentionSpec, target: Target, out: str | Pat
     --optimize is refused)."""
     options.check()
     refuse_unverifiable_gluon(options, target)
+    refuse_cuda_decode_by_model(options, spec)
     if timer is None and timer_for is None:
         refuse_optimize_without_gpu(options)
     say = say or (lambda _line: None)

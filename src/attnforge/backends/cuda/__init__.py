@@ -1,6 +1,7 @@
 """The CUDA C++ backend: TL -> one .cu file of mma.sync kernels (inline PTX for mma.sync,
 ldmatrix and cp.async), compiled by nvcc to a cubin for a table target's exact architecture
-without a GPU, loaded and launched on torch tensors through CuPy or the CUDA driver API.
+without a GPU, loaded and launched on torch tensors through CuPy or the CUDA driver API. Split-KV
+decode programs (packed GQA, scratch, a split count chosen per call, the combine kernel) too.
 
 Modules: ``emit`` (kernel bodies, the translation table), ``exprs`` (TL expressions as C++),
 ``prelude`` (the PTX wrappers), ``module`` (assembly and the launch facts), ``compile`` (nvcc,
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ...tl import nodes as n
 
 DTYPES = ("fp16", "bf16")
+# The widest V head dim of a packed-GQA (split-KV) program whose kernels compile without spills.
+PACKED_MAX_DV = 192
 
 
 def target_refusal(target: Target) -> str | None:
@@ -40,9 +43,9 @@ class CudaBackend(Backend):
             targets="sm_75 (T4, RTX 8000: mma.sync m16n8k8) to sm_90 (mma.sync m16n8k16; no wgmma)",
             dtypes=DTYPES,
             features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
-                      "head dims 8..256 in multiples of 8", "BHSD and BSHD strides", "log-sum-exp"),
+                      "head dims 8..256 in multiples of 8", "BHSD and BSHD strides", "log-sum-exp",
+                      "decode: split-KV (split count per call) with packed GQA"),
             notes=("bf16 needs sm_80+ (Turing tensor cores take fp16): a bf16 spec for sm_75 is refused",
-                   "decode (split-KV) programs are not translated yet: --backend triton",
                    "no CPU interpreter: kernels are verified natively on a GPU; on a CPU machine generate with --no-verify",
                    "strategies tma, persistent and ws are refused (mma.sync path only)",
                    "generate --llm --translate llm: the model writes the kernels (llm/cuda_gate gates them), verified on a local GPU"),
@@ -56,13 +59,22 @@ class CudaBackend(Backend):
         if spec.dtype == "bf16" and target.cc < (8, 0):
             return (f"bf16 on {target.name} ({target.sm}): Turing tensor cores have no bf16 MMA; generate with --dtype fp16 "
                     "(the fp16 kernel uses mma.sync m16n8k8 there)")
-        from ...plan.builtin import packs_gqa  # the planner's rule for when query heads share a tile
-
-        if spec.is_decode or packs_gqa(spec):
-            return "decode (split-KV, packed GQA when Sq <= 16) programs are not translated to CUDA yet; use --backend triton"
         for d in (spec.head_dim, spec.head_dim_v):
             if d % 8 or d > 256:
                 return f"head dim {d}: the CUDA backend takes multiples of 8 up to 256 (16-byte row copies)"
+        from ...plan.builtin import packs_gqa  # the planner's rule for when query heads share a tile
+
+        if packs_gqa(spec) and spec.head_dim_v > PACKED_MAX_DV:
+            return (f"packed-GQA decode with head dim V {spec.head_dim_v}: the split-KV combine keeps its accumulator and a split's "
+                    f"partial output in registers and spills past {PACKED_MAX_DV} (measured with nvcc 13 for sm_80); use --backend triton")
+        return None
+
+    def auto_refusal(self, spec: AttentionSpec, target: Target) -> str | None:
+        from ...plan.builtin import packs_gqa
+
+        if spec.is_decode or packs_gqa(spec):
+            return ("its split-KV decode kernels compile but have not run on a GPU yet, so auto builds decode with Triton; "
+                    "--backend cuda builds them (verified natively before use)")
         return None
 
     def refused_strategies(self, target: Target) -> dict[str, str]:

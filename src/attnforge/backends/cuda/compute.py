@@ -1,6 +1,7 @@
 """The CUDA backend's compute on register fragments: GEMM as mma.sync over ldmatrix'd B (and A)
 operands, Reshape of accumulators into A operands, Cast, elementwise ops, ScoreMod and Mask per
-fragment element, OnlineSoftmax with quad shuffles, Normalize and LogSumExp."""
+fragment element, OnlineSoftmax with quad shuffles (or, over a 1-d tile of per-row values such as a
+split-KV combine's partial log-sum-exps, per row without them), Normalize and LogSumExp."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ class ComputeEmitter(EmitterBase):
             if acc.rows is None:
                 acc.rows = a.rows
         else:
-            acc = RTile("acc", self.name(s.out, s), "fp32", ncols=n_extent, true_cols=out_cols, rows=a.rows, cols=b.rows if s.b_trans else None)
+            if s.b_trans and b.rows is not None and b.rows.pos is not None:
+                self.fail(s, f"{s.b} comes from a packed view: its rows are (head, position) pairs, not key columns", "pack the query rows only")
+            keys = b.rows.first if s.b_trans and b.rows is not None else None  # B^T's rows are the score tile's key columns (kv_idx)
+            acc = RTile("acc", self.name(s.out, s), "fp32", ncols=n_extent, true_cols=out_cols, rows=a.rows, cols=keys)
             self.declare(acc, "0.0f")
             self.scope.tiles[s.out] = acc
         base = self._slot_base(b)
@@ -84,6 +88,8 @@ class ComputeEmitter(EmitterBase):
         names = {"q_idx": w("af_qi")}
         if t.kind != "rows":
             names["kv_idx"] = w("af_ki")
+        if t.rows is not None and t.rows.head is not None:  # a packed tile: each row's own query head
+            names["h_idx"] = w("af_hi")
         if wide:
             for g in ("b", "h"):
                 if g in self.scope.names:
@@ -100,7 +106,7 @@ class ComputeEmitter(EmitterBase):
         tiles = [self.scope.tiles[a.id] for a in s.args if isinstance(a, n.Name) and a.id in self.scope.tiles]
         if not tiles:
             self.fail(s, f"Compute {s.op} needs a tile operand")
-        first = tiles[0]
+        first = max(tiles, key=lambda t: t.rank)  # a row vector widens against a 2-d tile, whichever comes first
         if first.kind not in ("acc", "rows"):
             self.fail(s, f"Compute {s.op} works on fp32 fragment tiles here")
         ops = []
@@ -160,12 +166,18 @@ class ComputeEmitter(EmitterBase):
         self.comment_tl(s)
         S = self.tile(s.scores, s)
         m, l = self.tile(s.row_max, s), self.tile(s.row_sum, s)
-        if S.kind != "acc" or m.kind != "rows" or l.kind != "rows":
-            self.fail(s, "OnlineSoftmax takes a 2-d score tile of fragments and two row vectors here", "split-KV combine programs: --backend triton")
+        if S.kind not in ("acc", "rows") or m.kind != "rows" or l.kind != "rows":
+            self.fail(s, "OnlineSoftmax takes a score tile of fragments (2-d) or of rows (1-d) and two row vectors")
         resc = [self.tile(r, s) for r in s.rescale]
         for r, rn in zip(resc, s.rescale):
             if r.kind != "acc":
                 self.fail(s, f"{rn} is not a fragment tile")
+        if S.kind == "rows":
+            self._online_softmax_rows(s, S, m, l, resc)
+            return
+        if l.whole_sum:
+            self.fail(s, f"{s.row_sum} holds whole row sums (a 1-d OnlineSoftmax's); a 2-d one keeps per-thread partial sums",
+                      "use separate state for the two")
         out = self.name(s.out, s)
         P = RTile("acc", out, "fp32", ncols=S.ncols, true_cols=S.true_cols, rows=S.rows, cols=S.cols)
         if s.out != s.scores:
@@ -193,16 +205,46 @@ class ComputeEmitter(EmitterBase):
         self.emit(f"{INDENT}{out}[af_mt][af_nt][2 * af_r + af_c] = af_p;")
         self.emit(f"{INDENT}af_sum += af_p;")
         self.emit("}")
-        if l.partial_sum or True:
-            self.emit(f"{l.cname}[af_mt][af_r] = {l.cname}[af_mt][af_r] * af_alpha + af_sum;  // this thread's columns only: quad-reduced where it is read")
-            l.partial_sum = True
+        self.emit(f"{l.cname}[af_mt][af_r] = {l.cname}[af_mt][af_r] * af_alpha + af_sum;  // this thread's columns only: quad-reduced where it is read")
+        l.partial_sum = True
+        self._rescale_and_keep_max(resc, m)
+        self.scope.tiles[s.out] = P
+
+    def _online_softmax_rows(self, s: n.OnlineSoftmax, S: RTile, m: RTile, l: RTile, resc: list[RTile]) -> None:
+        """OnlineSoftmax over a 1-d tile: one value per row (a split's log-sum-exp in a split-KV
+        combine), which every lane of the row's quad holds, so no shuffles; natural exp, as TL's.
+        A value of -inf (a split that saw no key) gets weight 0 and leaves the state as it was."""
+        if l.partial_sum:
+            self._full_sum(l)
+        out = self.name(s.out, s)
+        if s.out != s.scores:
+            self.emit(f"float {out}[af_MT][2];")
+        self.emit("// per row: the new max, the old state's rescale (alpha) and the value's weight; every lane of the quad alike")
+        self.emit("#pragma unroll")
+        self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt)")
+        self.emit("#pragma unroll")
+        self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
+        self.depth += 1
+        self.emit(f"const float af_x = {S.cname}[af_mt][af_r];")
+        self.emit(f"const float af_mx = fmaxf({m.cname}[af_mt][af_r], af_x);")
+        self.emit("const float af_safe = af_mx == -INFINITY ? 0.0f : af_mx;  // nothing visible yet: weights stay 0")
+        self.emit(f"const float af_alpha = af_exp({m.cname}[af_mt][af_r] - af_safe);")
+        self.emit("const float af_p = af_exp(af_x - af_safe);")
+        self.emit(f"{out}[af_mt][af_r] = {self._rounded(S, 'af_p')};")
+        self.emit(f"{l.cname}[af_mt][af_r] = {l.cname}[af_mt][af_r] * af_alpha + af_p;  // whole: no quad reduction")
+        self._rescale_and_keep_max(resc, m)
+        l.whole_sum = True
+        self.scope.tiles[s.out] = RTile("rows", out, S.fmt, rows=S.rows, dims=S.dims)
+
+    def _rescale_and_keep_max(self, resc: list[RTile], m: RTile) -> None:
+        """Inside an OnlineSoftmax's row loops: each rescaled tile's row times alpha, the new max
+        kept; then the loops closed."""
         for r in resc:
             self.emit("#pragma unroll")
             self.emit(f"for (int af_nt = 0; af_nt < {r.ncols // 8}; ++af_nt) {{ {r.cname}[af_mt][af_nt][2 * af_r] *= af_alpha; {r.cname}[af_mt][af_nt][2 * af_r + 1] *= af_alpha; }}")
         self.emit(f"{m.cname}[af_mt][af_r] = af_mx;")
         self.depth -= 1
         self.emit("}")
-        self.scope.tiles[s.out] = P
 
     def _full_sum(self, l: RTile) -> None:
         if l.partial_sum:
@@ -247,7 +289,7 @@ class ComputeEmitter(EmitterBase):
             self.fail(s, f"{s.name} is {t.fmt} but the MMAs of this kernel take {self.fmt_qkv}")
         kt = t.ncols // 16
         name = f"af_{t.cname}_a"
-        self.emit(f"// C fragments of n8 tiles 2k, 2k+1 are the A fragment of k slice k: rows g / g+8, columns 2t, 2t+1 (+8)")
+        self.emit("// C fragments of n8 tiles 2k, 2k+1 are the A fragment of k slice k: rows g / g+8, columns 2t, 2t+1 (+8)")
         self.emit(f"uint32_t {name}[af_MT][{kt}][4];")
         self.emit("#pragma unroll")
         self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt)")

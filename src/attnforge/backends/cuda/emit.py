@@ -38,6 +38,7 @@ class KernelCode:
     waits: list[str] = field(default_factory=list)  # the cp.async waits of each pipelined loop, in order (for the static lint)
     notes: list[str] = field(default_factory=list)
     params: dict[str, int] = field(default_factory=dict)
+    launch: tuple[str, ...] = ()  # launch-time values (a split count): int arguments after the scalars
 
 
 class KernelEmitter(MemoryEmitter, ComputeEmitter):
@@ -64,9 +65,9 @@ class KernelEmitter(MemoryEmitter, ComputeEmitter):
             if d % 8 or not 8 <= d <= 256:
                 self.fail(k, f"head dim {what} = {d}: the CUDA backend copies rows in 16-byte pieces and takes head dims that are multiples of 8 up to 256",
                           "pad the head dim to a multiple of 8, or use --backend triton")
-        for t in facts.tensors:
-            if t not in ("q", "k", "v", "o", "lse", "alibi_slopes"):
-                self.fail(k, f"tensor {t!r} (scratch) has no CUDA translation yet", "split-KV decode programs: --backend triton")
+        for t in facts.tensors:  # arguments and scratch (a split-KV program's partial results): pointers and strides alike
+            if facts.formats[t] not in CTYPE:
+                self.fail(k, f"tensor {t!r} is {facts.formats[t]}, which has no CUDA type here", "scratch : acc (fp32), or the qkv format")
         self.fmt_qkv = dmap["qkv"]
         warps = facts.num_warps
         self.warps_asked = warps
@@ -136,12 +137,12 @@ class KernelEmitter(MemoryEmitter, ComputeEmitter):
         grid = self._grid()
         self.block(self.k.body)
         return KernelCode(self.k.name, self.lines, self.warps * 32, smem, self.facts.tensors, {t: self.facts.ranks[t] for t in self.facts.tensors},
-                          self.facts.formats, self.facts.scalars, grid, self.waits, self.notes, dict(self.facts.params))
+                          self.facts.formats, self.facts.scalars, grid, self.waits, self.notes, dict(self.facts.params), self.launch)
 
     def _grid(self) -> list[str]:
         k = self.k
         hctx = exprs.ExprContext({**{s: s for s in SIZE_ARGS}, "D": str(self.D), "Dv": str(self.Dv),
-                                  **{p: str(v) for p, v in self.facts.params.items()}}, file=self.file)
+                                  **{p: str(v) for p, v in self.facts.params.items()}, **{v: v for v in self.launch}}, file=self.file)
         if not k.grid:
             self.emit("// TL grid: one block")
             return []
@@ -167,7 +168,8 @@ class KernelEmitter(MemoryEmitter, ComputeEmitter):
 
 
 def signature(code: KernelCode, scalar_kinds: dict[str, str]) -> list[str]:
-    """The kernel's parameters: tensor pointers, their strides (int64), sizes, scalars."""
+    """The kernel's parameters: tensor pointers (arguments, then scratch), their strides (int64),
+    sizes, scalars, launch-time values (int)."""
     params = []
     for t in code.tensors:
         const = "const " if t in ("q", "k", "v", "alibi_slopes") else ""
@@ -176,4 +178,5 @@ def signature(code: KernelCode, scalar_kinds: dict[str, str]) -> list[str]:
         params += [f"long long stride_{t}{i}" for i in range(code.ranks[t])]
     params += [f"int {s}" for s in SIZE_ARGS]
     params += [f"{'int' if scalar_kinds.get(s) == 'int' else 'float'} {s}" for s in code.scalars]
+    params += [f"int {v}" for v in code.launch]
     return params

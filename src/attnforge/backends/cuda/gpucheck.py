@@ -45,6 +45,12 @@ EXTRA = [  # fp16, native path, D=64 unless given
     ("window", dict(heads=4, kv_heads=2, window_left=100, window_right=20)),
     ("alibi-softcap", dict(heads=4, causal=True, alibi_slopes="auto", softcap=30.0)),
     ("mods", dict(heads=4, score_mod="score - 0.01 * abs(q_idx - kv_idx)", mask_mod="kv_idx % 5 != 1")),
+    # split-KV decode (two kernels, a split count per call): packed GQA, decode-verify, unpacked, per-row heads
+    ("decode-gqa", dict(heads=8, kv_heads=2, seqlen_q=1, seqlen_k=1000)),
+    ("verify-gqa-causal", dict(heads=8, kv_heads=2, seqlen_q=4, seqlen_k=700, causal=True, head_dim=128)),
+    ("decode-mha", dict(heads=4, seqlen_q=1, seqlen_k=1000)),
+    ("decode-window-alibi-softcap", dict(heads=8, kv_heads=2, seqlen_q=1, seqlen_k=1000, window_left=200, window_right=0,
+                                         alibi_slopes="auto", softcap=30.0)),
 ]
 TIMING = [  # (dtype, D, causal, B, Hq, Hkv, Sq, Sk): the forward rows of bench/gpu_check.py
     ("fp16", 64, False, 4, 32, 32, 4096, 4096),

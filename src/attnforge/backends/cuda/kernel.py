@@ -2,11 +2,18 @@
 tensors on torch's current stream: through CuPy (``RawModule``) when it is installed, else
 through the CUDA driver API directly (``libcuda`` via ctypes). ``ATTNFORGE_CUDA_LOADER=cupy|driver``
 picks one. No PyTorch extension is built: nvcc makes a cubin, the driver loads it.
+
+A program of several kernels (split-KV decode: the partial kernel, then the combine) is launched
+in order on one stream. Its host side runs per call from the file's launch facts: the split count
+(``launch_values``: ``attnforge.splits.split_count`` on the call's sizes and the GPU's SM count),
+the scratch buffers (``scratch_shapes``, allocated with torch.empty on the device) and each
+kernel's grid (``grid_blocks``); these three are plain Python, testable without a GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import threading
@@ -19,6 +26,7 @@ import torch
 from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars, new_outputs
 from ...dtypes import torch_dtype
 from ...errors import AttnforgeError, CompileError, LaunchError
+from ...splits import split_count
 from ..triton.runtime import check_arguments, window_bound  # plain Python (no triton import): the ABI's argument checks
 from .compile import PATHS, arch_of, compile_cubin
 from .module import read_meta
@@ -28,6 +36,38 @@ _LOCK = threading.Lock()
 
 def _cdiv_env() -> dict:
     return {"min": min, "max": max, "abs": abs}
+
+
+def _host_int(expr: str, env: dict) -> int:
+    return int(eval(expr, {"__builtins__": {}}, {**_cdiv_env(), **env}))  # noqa: S307 (our own integer expressions)
+
+
+# ------------------------------------------------------------------------------ the host side of a call
+
+def launch_values(meta: dict, sizes: dict[str, int], sm_count: int) -> dict[str, int]:
+    """The call's launch-time values (``launch NSPLIT = splits(PROGRAMS, TILES)``): the split-KV rule
+    on these sizes and the GPU's SM count, as the Triton launcher and the TL interpreter apply it."""
+    values: dict[str, int] = {}
+    for v in meta.get("launch", []):
+        env = {**sizes, **values}
+        values[v["name"]] = split_count(_host_int(v["programs"], env), _host_int(v["tiles"], env), sm_count)
+    return values
+
+
+def scratch_shapes(meta: dict, env: dict[str, int]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Each scratch tensor's shape and dtype for a call (``env``: the sizes and launch-time values)."""
+    return {sc["name"]: (tuple(_host_int(e, env) for e in sc["shape"]), torch_dtype(sc["format"])) for sc in meta.get("scratch", [])}
+
+
+def grid_blocks(info: dict, env: dict[str, int]) -> int:
+    """The blocks of one kernel's launch: the product of its TL grid's extents (flattened onto x)."""
+    return math.prod(_host_int(g, env) for g in info["grid"]) if info["grid"] else 1
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    # cached: a decode launch asks on every call, and a device's properties never change
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # ------------------------------------------------------------------------------ loaders
@@ -209,11 +249,13 @@ class CudaKernel:
             if name in values:
                 values[name] = window_bound(name, values[name], Sq, Sk)
         sizes = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk}
+        env = {**sizes, **launch_values(self.meta, sizes, _sm_count(device))}
+        for name, (shape, dtype) in scratch_shapes(self.meta, env).items():  # this call's own: the kernels run on one stream
+            tensors[name] = torch.empty(shape, dtype=dtype, device=q.device)
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
-            for info in self.meta["kernels"]:
-                env = {**_cdiv_env(), **sizes}
-                grid = math.prod(int(eval(g, {"__builtins__": {}}, env)) for g in info["grid"]) if info["grid"] else 1  # noqa: S307 (our own integer expressions)
+            for info in self.meta["kernels"]:  # in program order, on one stream: the combine reads what the partial kernel wrote
+                grid = grid_blocks(info, env)
                 if grid <= 0:
                     continue
                 if grid >= 2**31:
@@ -222,6 +264,7 @@ class CudaKernel:
                 args += [("i64", s) for t in info["tensors"] for s in tensors[t].stride()]
                 args += [("i32", sizes[s]) for s in SIZE_ARGS]
                 args += [("i32" if info["scalar_kinds"][s] == "int" else "f32", values[s]) for s in info["scalars"]]
+                args += [("i32", env[v]) for v in info.get("launch", [])]
                 self._function(device, info).launch(grid, info["threads"], info["smem"], stream, args)
         if o is not o_target:
             o_target.copy_(o)

@@ -71,8 +71,8 @@ def translation_manual(target: Target | None = None) -> str:
              "## The target", "", *_path(target), "",
              "## The translation table", "", "| TL | CUDA C++ |", "|---|---|"]
     lines += [f"| `{tl}` | {cuda} |" for _kind, tl, cuda in TRANSLATION_TABLE]
-    lines += ["", "Anything else is refused with a TranslateError naming the statement (e.g. split-KV decode programs of "
-              "two kernels: use the Triton backend).", "",
+    lines += ["", "Anything else is refused with a TranslateError naming the statement (e.g. a one-pass Softmax, or a "
+              "strategy tma/persistent/ws = 1: use the Triton backend).", "",
               "## The prelude", "",
               "Every file starts with these device helpers (inline PTX wrappers and TL's arithmetic); a kernel body calls them "
               "rather than writing its own PTX. `af_elem` is the operand type (`__half`, or `__nv_bfloat16` under `AF_BF16`).", ""]
@@ -85,7 +85,10 @@ def translation_manual(target: Target | None = None) -> str:
               "line; no host code.",
               "- Parameters in this order: each tensor's pointer (`const T* __restrict__ q_ptr` for inputs, `T* __restrict__` "
               "for outputs), then each tensor's strides in elements (`long long stride_q0`, ...), then the sizes "
-              + ", ".join(f"`int {s}`" for s in SIZE_ARGS) + ", then the runtime scalars the kernel uses: " + scalars + ".",
+              + ", ".join(f"`int {s}`" for s in SIZE_ARGS) + ", then the runtime scalars the kernel uses: " + scalars
+              + ", then its launch-time values (`int NSPLIT`: a split count the loader computes per call). Scratch tensors "
+              "(split-KV partial results) come after the argument tensors, as pointers and strides like them; the loader "
+              "allocates them per call and launches a program's kernels in order on one stream.",
               "- The TL grid is flattened onto `blockIdx.x`, its last axis fastest; `threadIdx.x` runs over the `warps` x 32 "
               "threads of the block.",
               "- Offsets of batches and heads are int64; the K/V head of query head h is h // (Hq // Hkv).", ""]

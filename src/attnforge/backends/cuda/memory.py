@@ -21,6 +21,16 @@ from .base import CTYPE, INDENT, EmitterBase, Pipe, Rows, RTile, ceil16
 # Registers a warp may spend on the query tile's A fragments before they are re-read from
 # shared memory per k slice instead (FlashAttention-2 keeps Q in shared memory by default too).
 Q_REGISTER_BUDGET = 64
+# A tile copy of more trips per thread than this is unrolled by 4, not whole: unrolled whole, nvcc
+# keeps every trip's address (or, on sm_75, its loaded data) live across the K/V loop and spills (a
+# one-warp D = 128 decode kernel: 360 bytes). A block of fewer than 4 warps (a decode block of
+# BM = 16 or 32 rows) has the lower limit; prefill blocks (4 warps or more) copy at most 16 trips.
+COPY_UNROLL_TRIPS = {"few_warps": 8, "default": 16}
+
+
+def copy_unroll(trips: int, warps: int) -> str:
+    limit = COPY_UNROLL_TRIPS["few_warps" if warps < 4 else "default"]
+    return "#pragma unroll" if trips <= limit else "#pragma unroll 4"
 
 
 class MemoryEmitter(EmitterBase):
@@ -76,10 +86,10 @@ class MemoryEmitter(EmitterBase):
         return f"af_floordiv({row}, {pack})", f"af_floormod({row}, {pack})"
 
     def _row_offset(self, view: View, coord: n.Expr, row: str) -> str:
-        """The element offset of view row ``row`` from the view's base pointer (int64)."""
+        """The element offset of view row ``row`` (a C++ name) from the view's base pointer (int64)."""
         first_dim = len(view.offset)  # the view's first (row) dimension in the tensor
         if view.pack is None:
-            return f"(long long)({row}) * stride_{view.tensor}{first_dim}"
+            return f"(long long){row} * stride_{view.tensor}{first_dim}"
         pos, slot = self._packed_parts(view, coord, row)
         return f"(long long){slot} * stride_{view.tensor}{first_dim - 1} + (long long){pos} * stride_{view.tensor}{first_dim}"
 
@@ -120,7 +130,7 @@ class MemoryEmitter(EmitterBase):
             f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
             f"{INDENT}const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};",
             f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
-            "#pragma unroll",
+            copy_unroll(trips, self.warps),
             f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
             f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
             f"{INDENT * 2}{guard}{{",
@@ -136,16 +146,17 @@ class MemoryEmitter(EmitterBase):
         """``_load_code`` for a packed view: each row's own pointer (head, position), rows past the
         view's extent (G * Sq) zero-filled."""
         per_row = sh.cols_pad // 8
-        offset = self._row_offset(view, s.coord[0], "af_row0 + af_r")
+        offset = self._row_offset(view, s.coord[0], "af_vr")
         return [
             "{",
             f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;  // packed rows: (head, position) pairs",
             f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
-            "#pragma unroll",
+            copy_unroll(trips, self.warps),
             f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
             f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
             f"{INDENT * 2}{guard}{{",
             f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
+            f"{INDENT * 3}const int af_vr = af_row0 + af_r;  // the view's row",
             f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
             f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {s.src} + {offset} + af_col : {s.src}, af_in);",
             f"{INDENT * 2}}}",
@@ -255,7 +266,6 @@ class MemoryEmitter(EmitterBase):
     def _store(self, s: n.Copy) -> None:
         view = self.view(s.dst, s)
         src = self.tile(s.src, s)
-        rank = self.facts.ranks[view.tensor]
         if s.tile is None or s.coord is None or len(s.tile) != len(view.extents):
             self.fail(s, "a register->global Copy takes one tile size and coordinate per view dimension")
         if self.int_value(s.tile[0], s, "tile dimension") != self.M:
@@ -263,6 +273,9 @@ class MemoryEmitter(EmitterBase):
         row0 = self.dev(n.Binary("*", s.coord[0], s.tile[0]))
         extent = self.dev(view.extents[0])
         row = f"{row0} + af_warp * (af_MT * 16) + af_mt * 16 + af_g + af_r * 8"
+        off = self._row_offset(view, s.coord[0], "af_row")  # of the view's row af_row
+        if view.pack is not None:
+            self.emit("// packed rows: each its own (head, position); rows past the view's G * Sq are not stored")
         if src.kind == "rows" and len(s.tile) == 1:
             self.emit("// lanes with af_t == 0 hold each fragment row's value")
             self.emit("if (af_t == 0) {")
@@ -272,7 +285,7 @@ class MemoryEmitter(EmitterBase):
             self.emit("#pragma unroll")
             self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
             self.emit(f"{INDENT}const int af_row = {row};")
-            self.emit(f"{INDENT}if (af_row < {extent}) {s.dst}[(long long)af_row * stride_{view.tensor}{rank - 1}] = {src.cname}[af_mt][af_r];")
+            self.emit(f"{INDENT}if (af_row < {extent}) {s.dst}[{off}] = {src.cname}[af_mt][af_r];")
             self.emit("}")
             self.depth -= 1
             self.emit("}")
@@ -291,7 +304,62 @@ class MemoryEmitter(EmitterBase):
         self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
         self.emit(f"{INDENT}const int af_row = {row}, af_col = af_nt * 8 + af_t * 2;")
         self.emit(f"{INDENT}if (af_row < {extent} && af_col < {cols})")
-        self.emit(f"{INDENT * 2}af_store2({s.dst} + (long long)af_row * stride_{view.tensor}{rank - 2} + af_col, {src.cname}[af_mt][af_nt][2 * af_r], {src.cname}[af_mt][af_nt][2 * af_r + 1]);")
+        self.emit(f"{INDENT * 2}af_store2({s.dst} + {off} + af_col, {src.cname}[af_mt][af_nt][2 * af_r], {src.cname}[af_mt][af_nt][2 * af_r + 1]);")
+        self.emit("}")
+
+    def _load_fragments(self, s: n.Copy) -> None:
+        """Copy global -> register: a (BM) vector or a (BM, N) tile read straight into the fragment
+        layout the block's register tiles use (no shared memory, no MMA operand): thread (g, t) of
+        warp w reads rows w * 16 * MT + 16 * mt + g (+ 8), and of a 2-d tile columns 8 * nt + 2t, +1.
+        Rows past the view's extent (and padded columns) read as zero, as TL's out-of-bounds reads do."""
+        view = self.view(s.src, s)
+        if s.tile is None or s.coord is None or len(s.tile) != len(view.extents) or len(s.tile) not in (1, 2):
+            self.fail(s, "a global->register Copy takes a (BM) or (BM, N) tile of a 1-d or 2-d view, one coordinate per dimension")
+        if self.int_value(s.tile[0], s, "tile dimension") != self.M:
+            self.fail(s, f"the loaded tile has {tl_expr(s.tile[0])} rows, not the block's {self.M}", "every register tile is indexed by the block's rows")
+        rank = len(s.tile)
+        existing = self.scope.tiles.get(s.dst)
+        row0 = self.dev(n.Binary("*", s.coord[0], s.tile[0]))
+        rows = self._rows_of(view, s, row0)
+        if rank == 1:
+            t = RTile("rows", self.name(s.dst, s), view.fmt, rows=rows, dims=tuple(s.tile))
+        else:
+            if not (isinstance(s.coord[1], n.Num) and s.coord[1].value == 0) or s.tile[1] != view.extents[1]:
+                self.fail(s, "a loaded tile spans the view's whole row: coordinate [.., 0] and the view's column extent", "copy (BM, Dv) at [m, 0]")
+            cols = self.int_value(s.tile[1], s, "tile dimension")
+            if cols % 2:
+                self.fail(s, f"{cols} columns: fragment pairs need an even column count")
+            t = RTile("acc", self.name(s.dst, s), view.fmt, ncols=ceil16(cols), true_cols=cols, rows=rows, dims=tuple(s.tile))
+        if existing is not None:
+            if existing.kind != t.kind or existing.ncols != t.ncols:
+                self.fail(s, f"{s.dst} is already a register tile of another shape")
+            existing.rows = rows  # (its format stays the allocated one: the values are rounded to it where they are used)
+            t = existing
+        else:
+            self.declare(t, None)
+            self.scope.tiles[s.dst] = t
+        extent = self.dev(view.extents[0])
+        self.emit("// straight into the fragment layout: each thread reads the rows (g, g + 8) and columns (2t, 2t + 1) it holds")
+        self.emit("#pragma unroll")
+        self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt)")
+        self.emit("#pragma unroll")
+        self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
+        self.depth += 1
+        self.emit(f"const int af_row = {row0} + af_warp * (af_MT * 16) + af_mt * 16 + af_g + af_r * 8;")
+        self.emit(f"const bool af_in = af_row < {extent};  // rows past the view's extent read as zero")
+        off = self._row_offset(view, s.coord[0], "af_row")
+        if rank == 1:
+            self.emit(f"{t.cname}[af_mt][af_r] = af_in ? (float)({s.src}[{off}]) : 0.0f;")
+        else:
+            self.emit(f"const {CTYPE[view.fmt]}* af_at = {s.src} + (af_in ? {off} : 0);  // the row's first element")
+            self.emit("#pragma unroll")
+            self.emit(f"for (int af_nt = 0; af_nt < {t.ncols // 8}; ++af_nt) {{")
+            self.emit(f"{INDENT}const int af_col = af_nt * 8 + af_t * 2;")
+            self.emit(f"{INDENT}const float2 af_v = af_in && af_col < {cols} ? af_load2(af_at + af_col) : make_float2(0.0f, 0.0f);")
+            self.emit(f"{INDENT}{t.cname}[af_mt][af_nt][2 * af_r] = af_v.x;")
+            self.emit(f"{INDENT}{t.cname}[af_mt][af_nt][2 * af_r + 1] = af_v.y;")
+            self.emit("}")
+        self.depth -= 1
         self.emit("}")
 
     # ------------------------------------------------------------------ the pipelined loop

@@ -53,6 +53,10 @@ __device__ __forceinline__ float af_round(float x) {  // x rounded to the operan
 __device__ __forceinline__ void af_store2(__half* p, float a, float b) { *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b); }
 __device__ __forceinline__ void af_store2(__nv_bfloat16* p, float a, float b) { *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b); }
 __device__ __forceinline__ void af_store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+// Two adjacent elements read from global memory as floats (a fragment pair; 2-element aligned).
+__device__ __forceinline__ float2 af_load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 af_load2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ __forceinline__ float2 af_load2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
 
 // D += A(16x16, row) * B(16x8, col), fp32 accumulators: one m16n8k16 MMA (sm_80+), or two
 // m16n8k8 MMAs on Turing (k 0..7 from a0/a1/b0, k 8..15 from a2/a3/b1: the same registers).

@@ -6,7 +6,10 @@ the emitter writes for it. The one home of the table: the CUDA translation manua
 from __future__ import annotations
 
 TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
-    ("Allocate", "Allocate X in global ... at t[..]", "a base pointer (int64 offsets from the tensor's strides); a packed view (`pack G`) is refused"),
+    ("Allocate", "Allocate X in global ... at t[..]", "a base pointer (int64 offsets from the tensor's strides); scratch tensors are "
+                                                  "kernel arguments like the others (the loader allocates them per call)"),
+    ("Allocate", "Allocate X in global ... pack G", "a base pointer at the group's first head; each Copy gives view row r its own "
+                                                    "pointer: head + r % G, position r // G, masked by the view's G * Sq rows"),
     ("Allocate", "Allocate X in shared (R, D)", "a region of dynamic shared memory, rows padded by 16 bytes (ldmatrix reads 8 rows "
                                                 "without bank conflicts); one slot per pipeline stage when a pipelined loop fills it"),
     ("Allocate", "Allocate X in register (BM[, N])", "fp32 fragments in the mma.sync C layout: each warp owns 16*MT rows, each "
@@ -15,6 +18,8 @@ TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
                                       "(sm_75); in a pipelined loop issued stages-1 tiles ahead, one commit group per Copy"),
     ("Copy", "Copy shared -> register", "ldmatrix: A operands (the query tile) into registers once (or per k slice inside the GEMM "
                                         "when they would not fit), B operands per 16-wide k slice inside the GEMM"),
+    ("Copy", "Copy global -> register", "a (BM) or (BM, N) tile read straight into the fragment layout (rows g, g+8; columns "
+                                        "2t, 2t+1 as 2-element loads), zero past the view's rows: a split-KV combine's partial results"),
     ("Copy", "Copy register -> global", "predicated 2-element stores of each thread's pairs"),
     ("Gemm", "Compute GEMM A, B[^T]", "mma.sync m16n8k16 (sm_80+) / 2x m16n8k8 (sm_75), ldmatrix (.trans for a B stored k-major) "
                                       "for B fragments"),
@@ -23,6 +28,8 @@ TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
     ("Reshape", "Reshape P from mma_c to mma_a", "accumulator pairs packed into A-operand registers (af_pack)"),
     ("OnlineSoftmax", "Compute OnlineSoftmax", "row max / sum on the fragments, quad shuffles (xor 1, 2); a row that has seen "
                                                "nothing keeps weight 0; the row sum stays per thread until it is read"),
+    ("OnlineSoftmax", "Compute OnlineSoftmax x state m, l (x 1-d)", "per row, no shuffles (every lane of a quad holds the row's "
+                                                                   "value): a split-KV combine's merge of log-sum-exps; -inf weighs 0"),
     ("Normalize", "Compute Normalize", "the quad's partial row sums added up, then O / l (0 for a row that saw no key)"),
     ("LogSumExp", "Compute LogSumExp", "m + log(l), -inf for a row that saw no key"),
     ("ScoreMod", "Compute ScoreMod", "per fragment element, q_idx/kv_idx from the fragment map"),
@@ -31,4 +38,6 @@ TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
     ("Softmax", "Compute Softmax (one pass)", "refused (TranslateError): the planner's OnlineSoftmax form is translated"),
     ("Loop", "for j = a : b pipeline stages", "a loop whose global->shared Copies are issued stages-1 iterations ahead, each waited "
                                               "for (af_cp_wait) at the depth the pipeline needs; nested pipelined loops are refused"),
+    ("Loop", "for s = 0 : NSPLIT", "a plain loop (a split-KV combine's loop over the splits); `launch NSPLIT = splits(..)` is an int "
+                                   "kernel argument the loader computes per call (attnforge.splits), grids may use it"),
 )
