@@ -160,11 +160,27 @@ def test_pipeline_lint_and_cuda_mutants():
     spec, _ = SPECS["causal"]
     src = _source(spec, "h200")
     lint(src)
-    swapped, no_wait = (m.apply(src) for m in CUDA_MUTANTS)
+    swapped, no_wait = (m.apply(src) for m in CUDA_MUTANTS if m.spec == "causal")
     assert swapped != src and no_wait != src
     lint(swapped)  # a wrong fragment mapping is only caught by running it (the GPU grid)
     with pytest.raises(CompileError, match="cp.async waits"):
         lint(no_wait)
+
+
+def test_the_decode_mutants_apply_and_compile(tmp_path):
+    """The split-KV decode mutants pass the lint and compile: only verification on a GPU can kill them."""
+    from attnforge.backends.cuda.compile import compile_for_target, lint
+
+    spec, target = SPECS["decode"]
+    src = _source(spec, target)
+    decode = [m for m in CUDA_MUTANTS if m.spec == "decode"]
+    assert len(decode) == 2
+    for m in decode:
+        text = m.apply(src)
+        assert text != src
+        lint(text)
+        reports = compile_for_target(text, get_target(target), tmp_path / m.name)
+        assert len(reports) == 2 and all(r.spill_bytes == 0 for r in reports), m.name
 
 
 def test_generate_with_the_cuda_backend_on_a_cpu_machine(tmp_path):

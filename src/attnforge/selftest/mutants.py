@@ -188,6 +188,15 @@ CUDA_MUTANTS: tuple[Mutant, ...] = (
     Mutant("cuda_cp_async_wait_missing", "causal", "kernel",
            r"(// TL: Copy K \(BN, D\) at \[j, 0\] from global to shared Ks\n\s*)af_cp_wait<\d+>\(\);[^\n]*\n",
            r"\1", "the K tile is read without waiting for its cp.async group (the barrier alone does not wait for cp.async)", every=True),
+    # split-KV decode (packed GQA, the combine kernel): run by the CUDA GPU check
+    Mutant("cuda_packed_q_rows_transposed", "decode", "kernel",
+           r"Q \+ \(long long\)\(\(af_vr\) % \(Hq / Hkv\)\) \* stride_q1 \+ \(long long\)\(\(af_vr\) / \(Hq / Hkv\)\) \* stride_q2",
+           "Q + (long long)((af_vr) / (Hq / Hkv)) * stride_q1 + (long long)((af_vr) % (Hq / Hkv)) * stride_q2",
+           "a packed Q row's head and position swapped (row r read as head r // G at position r % G)"),
+    Mutant("cuda_combine_rescale_dropped", "decode", "kernel",
+           r"const float af_alpha = af_exp\(m_i\[af_mt\]\[af_r\] - af_safe\);(\n\s*const float af_p = af_exp\(af_x - af_safe\);\n\s*w\[)",
+           r"const float af_alpha = 1.0f;\1",
+           "the combine does not rescale its running sum and output when a later split's log-sum-exp raises the max"),
 )
 
 
