@@ -325,6 +325,7 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
     for block in re.findall(r"^def (?:floordiv|floormod|tanh|_scores)\(.*?(?=^@|^def |\Z)", source, re.M | re.S):
         exec(block.replace(".to(DTYPE)", ""), names)  # P's cast left out: float32 throughout
     lse_of = re.search(r"lse_r = gl\.where\(l_i == 0\.0, -float\('inf'\), (.*)\)$", source, re.M).group(1)
+    out_of = re.search(r"^\s*out = (.*)\.to\(DTYPE\)", source, re.M).group(1)  # the epilogue's normalisation, as emitted
     rng = np.random.default_rng(seed)
     hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
     q, k, v = (rng.standard_normal(s) * 2.0 for s in ((1, hq, sq, d), (1, hkv, sk, d), (1, hkv, sk, d)))
@@ -347,9 +348,9 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
                         s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
             p, alpha, m_i, l_i = fn(**args)
             acc = acc * alpha[:, None] + p @ vals.astype(np.float32)
-        with np.errstate(divide="ignore"):
-            lse[h] = np.where(l_i == 0.0, -np.inf, eval(lse_of, {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i}))
-            o[h] = np.where(l_i[:, None] == 0.0, 0.0, acc / np.where(l_i == 0.0, 1.0, l_i)[:, None])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse[h] = eval(f"gl.where(l_i == 0.0, -float('inf'), {lse_of})", {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i})
+            o[h] = eval(out_of, {"gl": _NumpyGl}, {"acc": acc, "l_o": l_i})
     ref_o, ref_lse = spec_reference(spec, dict(B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, D=d, Dv=d), q, k, v,
                                     slopes if spec.alibi_slopes is not None else None)
     return o, lse, np.asarray(ref_o)[0], np.asarray(ref_lse)[0]
@@ -368,11 +369,26 @@ def test_the_scores_function_computes_the_specs_softmax(spec):
     softmax: GPU verification caught a kernel that kept its running max in mixed units (the ALiBi
     and score-modifier specs of the grid, where the max is negative)."""
     source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
-    o, lse, ref_o, ref_lse = _run_scores(source, spec, sq=150, sk=700)
+    assert _matches_reference(*_run_scores(source, spec, sq=150, sk=700))
+    assert _matches_reference(*_run_scores(source, spec, sq=200, sk=200))  # Sq = Sk: under the mask modifier, row 0 sees no key
+
+
+def _matches_reference(o, lse, ref_o, ref_lse) -> bool:
     seen = np.isfinite(ref_lse)
-    assert np.array_equal(seen, np.isfinite(lse))
-    assert np.max(np.abs(o - ref_o)) < 2e-3
-    assert np.max(np.abs(lse[seen] - ref_lse[seen]) / (1.0 + np.abs(ref_lse[seen]))) < 1e-5
+    return (np.array_equal(seen, np.isfinite(lse)) and bool(np.all(np.isfinite(o))) and np.max(np.abs(o - ref_o)) < 2e-3
+            and np.max(np.abs(lse[seen] - ref_lse[seen]) / (1.0 + np.abs(ref_lse[seen]))) < 1e-5)
+
+
+def test_the_numpy_run_kills_the_planted_pre_fix_softmax():
+    """GLUON_MUTANTS' gluon_softmax_max_units_mixed (the code bec40cc emitted) fails the numpy run
+    of the scores function, as it failed verification on the H200."""
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
+
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_softmax_max_units_mixed"]
+    spec, _ = SPECS[mutant.spec]
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    assert _matches_reference(*_run_scores(source, spec, sq=150, sk=700))
+    assert not _matches_reference(*_run_scores(mutant.apply(source), spec, sq=150, sk=700))
 
 
 def test_both_scale_specialisations_compile(tmp_path):

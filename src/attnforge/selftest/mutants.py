@@ -227,10 +227,12 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            "the two warpgroups issue their GEMMs without taking turns", every=True,
            equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
     Mutant("gluon_softmax_max_units_mixed", "hopper_alibi", "kernel",
-           r"P = gl\.exp2\(S \* 1\.4426950408889634 - gl\.expand_dims\(m_use, 1\)\)\n(\s*)alpha = gl\.exp2\(m_i - m_use\)",
-           r"P = gl.exp2(S * 1.4426950408889634 - gl.expand_dims(m_use * 1.4426950408889634, 1))\n\1alpha = gl.exp2((m_i - m_use) * 1.4426950408889634)",
-           "the natural-units softmax subtracts its log2-unit running max as if natural (bec40cc, caught by the GPU grid): "
-           "exact until a row's scores are far below zero, then exp2 overflows"),
+           r"P = gl\.exp2\(S \* 1\.4426950408889634 - gl\.expand_dims\(m_use, 1\)\)\n(\s*)alpha = gl\.exp2\(m_i - m_use\)"
+           r"([\s\S]*?)\(m_i \+ gl\.log2\(l_i\)\) \* 0\.6931471805599453",
+           r"P = gl.exp2(S * 1.4426950408889634 - gl.expand_dims(m_use * 1.4426950408889634, 1))\n\1alpha = gl.exp2((m_i - m_use) * 1.4426950408889634)"
+           r"\2m_i + gl.log2(l_i) * 0.6931471805599453",
+           "the pre-fix natural-units softmax (bec40cc, caught by the GPU grid): its running max, kept as max(S) * log2(e), used as a "
+           "natural-units shift; exact in O and the LSE until a row's scores are far below zero, then exp2 overflows"),
     # sm_100 (tcgen05 into tensor memory): run by gpucheck on a Blackwell GPU only
     Mutant("tcgen05_s_wait_dropped", "blackwell", "kernel",
            r"(tcgen05_mma\(q_t, k_t, s_tmem, [^\n]*\n\s*# TL: Wait GEMM S\n)\s*mbarrier\.wait\(mma_bar, mma_phase\)\n\s*mma_phase \^= 1\n", r"\1",
