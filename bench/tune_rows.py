@@ -1,4 +1,5 @@
-"""``attnforge tune`` on the buckets of ``attnforge bench`` rows, on the rows' own shapes, several
+"""``attnforge tune`` on the buckets of ``attnforge bench`` rows (timed on the tuner's shape for the
+bucket: the row's own, but 16/4 heads for the GQA rows' 32/8), several
 backends head to head (searched, then their best timed in turns), so that ``--backend auto`` can
 choose between them by times taken side by side. Buckets already in --db for every backend are
 skipped (a run cut short goes on where it stopped); no bucket starts after --deadline seconds.

@@ -184,6 +184,8 @@ def test_child_has_no_credentials_and_no_privileges(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNFORGE_LLM_BASE_URL", "http://127.0.0.1:1/v1")
     monkeypatch.setenv("ATTNFORGE_HARMLESS_SETTING", "kept")
     monkeypatch.setenv("ATTNFORGE_CACHE", str(tmp_path / "users-cache"))
+    monkeypatch.setenv("ATTNFORGE_TUNING", str(tmp_path / "users-tuning.json"))
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "users-pyc"))
     source = ("import os\n"
               "def main(target):\n"
               "    try:\n"
@@ -191,7 +193,7 @@ def test_child_has_no_credentials_and_no_privileges(monkeypatch, tmp_path):
               "        wrote = True\n"
               "    except PermissionError:\n"
               "        wrote = False\n"
-              "    return {k: v for k, v in os.environ.items() if 'OPENAI' in k or 'ATTNFORGE' in k}, os.getuid(), wrote\n")
+              "    return {k: v for k, v in os.environ.items() if 'OPENAI' in k or 'ATTNFORGE' in k or 'PYCACHE' in k}, os.getuid(), wrote\n")
     tmp_path.chmod(0o755)
     env, uid, wrote = run_isolated(source, import_and_call, "main", str(tmp_path / "escaped.txt"), limits=FAST)
     # the caches are the child's own: nothing it writes there is loaded outside the sandbox

@@ -155,6 +155,25 @@ def test_a_head_to_head_records_times_taken_in_turns_and_auto_follows_them(_db, 
     assert "head to head with cuda 2.100 ms (3 rounds in turns)" in outcomes["triton"].entry.measured
     assert len(database.read(_db)) == 2
     backend, why = choose_backend_and_reason("auto", SPEC, target)
-    assert backend.name == "cuda" and "cuda 2.100 ms, triton 3.000 ms" in why
-    with pytest.raises(AttnforgeError, match="two or more different backends"):
-        search.tune_head_to_head(SPEC, target, ["triton", "triton"])
+    assert backend.name == "cuda" and "cuda 2.100 ms, triton 3.000 ms" in why and "timed head to head" in why
+    for names in (["triton", "triton"], ["auto", "triton"]):
+        with pytest.raises(AttnforgeError, match="two or more different backends by name"):
+            search.tune_head_to_head(SPEC, target, names)
+
+
+def test_a_backend_that_cannot_be_tuned_here_leaves_the_others_searched(_db, monkeypatch):
+    from attnforge.tune import search
+
+    def fake_tune(spec, target, *, backend, record, **_search):
+        if backend == "cuda":
+            raise AttnforgeError("tuning the cuda backend needs its GPU", where="--backend")
+        entry = database.Entry(target=target.name, backend=backend, spec=database.spec_key(spec), seq=database.seq_bucket(spec),
+                               params={"BM": 64}, ms=1.0, planner_ms=1.0, device="NVIDIA H100", shape="s", measured="today")
+        return search.Outcome(entry, [], kernel=backend)
+
+    monkeypatch.setattr(search, "tune", fake_tune)
+    said = []
+    outcomes = search.tune_head_to_head(SPEC, get_target("h100"), ["triton", "cuda"], db=_db, progress=said.append)
+    assert outcomes["cuda"].entry is None and outcomes["triton"].entry.ms == 1.0  # its search time: nothing to time it beside
+    assert any("cuda: not searched: tuning the cuda backend needs its GPU" in line for line in said)
+    assert [e.backend for e in database.read(_db)] == ["triton"]

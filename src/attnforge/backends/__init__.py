@@ -89,8 +89,11 @@ def _tuned_order(spec: AttentionSpec, target: Target, order: tuple[str, ...]) ->
         return order, None  # times on other shapes or devices do not compare, nor interpreter times
     fastest = tuple(sorted(entries, key=lambda name: entries[name].ms))
     times = ", ".join(f"{name} {entries[name].ms:.3f} ms" for name in fastest)
+    # timed head to head (attnforge tune --backend a,b): each entry names the others it was timed beside
+    side_by_side = all(f"head to head with {other} " in entries[name].measured for name in entries for other in entries if other != name)
+    how = "timed head to head" if side_by_side else "times from separate runs"
     return fastest + tuple(n for n in order if n not in entries), (
-        f"the tuning database's fastest for this bucket on {target.name} ({times} on {next(iter(entries.values())).shape})")
+        f"the tuning database's fastest for this bucket on {target.name} ({times} on {next(iter(entries.values())).shape}; {how})")
 
 
 def _auto_order(target: Target) -> tuple[str, ...]:

@@ -129,6 +129,13 @@ def containment() -> dict[str, bool]:
             "memory_cap": True, "wall_clock": True}
 
 
+# Places of the user's that a child would otherwise read or write: dumps and overrides of Triton's,
+# caches of other libraries (the child gets its own, above), a bytecode prefix whose .pyc files the
+# parent would load later, the user's tuning database.
+_USER_PLACES = ("TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR", "PYTHONPYCACHEPREFIX",
+                "ATTNFORGE_TUNING")
+
+
 def _child_env(directory: Path) -> dict[str, str]:
     """The parent's environment without credentials, with the parent's import path and a private
     home and caches: the code in the child neither reads nor writes the user's attnforge or Triton
@@ -136,8 +143,11 @@ def _child_env(directory: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
     # Absolute: the child works in another directory ("" and relative entries mean the parent's).
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(os.path.abspath(p) for p in sys.path if os.path.isdir(p or ".")))
+    for name in _USER_PLACES:
+        env.pop(name, None)
     env.update(HOME=str(directory), TMPDIR=str(directory), TRITON_CACHE_DIR=str(directory / "triton-cache"),
-               ATTNFORGE_CACHE=str(directory / "attnforge-cache"))
+               ATTNFORGE_CACHE=str(directory / "attnforge-cache"), XDG_CACHE_HOME=str(directory / "cache"),
+               CUDA_CACHE_PATH=str(directory / "cuda-cache"), PYTHONDONTWRITEBYTECODE="1")
     return env
 
 

@@ -216,13 +216,19 @@ def tune_head_to_head(spec: AttentionSpec, target: Target, backends: list[str], 
     import torch
 
     say = progress or (lambda text: None)
-    if len(set(backends)) != len(backends) or len(backends) < 2:
-        raise AttnforgeError(f"a head-to-head needs two or more different backends, not {','.join(backends)}", where="--backend",
+    if len(set(backends)) != len(backends) or len(backends) < 2 or "auto" in backends:
+        raise AttnforgeError(f"a head-to-head needs two or more different backends by name, not {','.join(backends)}", where="--backend",
                              hint="e.g. --backend triton,gluon")
+    for name in backends:  # every one refused up front, before any search runs
+        choose_backend(name, spec, target)
     outcomes = {}
     for name in backends:
         say(f"searching the {name} backend")
-        outcomes[name] = tune(spec, target, backend=name, seq=seq, record=False, progress=progress, **search)
+        try:
+            outcomes[name] = tune(spec, target, backend=name, seq=seq, record=False, progress=progress, **search)
+        except AttnforgeError as err:  # this backend cannot be tuned here (its GPU): the others still are
+            say(f"{name}: not searched: {err.message}")
+            outcomes[name] = Outcome(None, [])
     found = {name: o for name, o in outcomes.items() if o.entry is not None}
     if len(found) >= 2:
         native = torch.cuda.is_available()
@@ -234,6 +240,8 @@ def tune_head_to_head(spec: AttentionSpec, target: Target, backends: list[str], 
                 times[name].append(_time(found[name].kernel, inputs, spec, native))
         for name, outcome in found.items():
             entry = outcome.entry
+            if entry.planner_ms == entry.ms:  # the best is the planner's first choice: one kernel, one time
+                entry.planner_ms = statistics.median(times[name])
             entry.ms = statistics.median(times[name])
             others = ", ".join(f"{other} {statistics.median(times[other]):.3f} ms" for other in found if other != name)
             entry.measured += f"; head to head with {others} ({rounds} rounds in turns)"
