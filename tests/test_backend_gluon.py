@@ -307,15 +307,19 @@ class _NumpyGl:
     exp = staticmethod(lambda x: np.exp(np.asarray(x, np.float32)))
     SliceLayout = staticmethod(lambda *_a: None)
     arange = staticmethod(lambda lo, hi, layout=None: np.arange(lo, hi))
+    minimum = staticmethod(np.minimum)
+    cdiv = staticmethod(lambda a, b: -(-a // b))
     max = staticmethod(lambda x, axis: np.max(x, axis=axis))
     sum = staticmethod(lambda x, axis: np.sum(x, axis=axis))
     load = staticmethod(lambda p: p.data[p.offset])
 
 
 def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 0):
-    """The generated module's ``_scores`` (and the helpers it calls) run in float32, as on the GPU, over every K/V
-    tile of one (b, h) problem per head, O accumulated as the kernel's PV GEMMs do, LSE by the
-    epilogue's own expression: (O, LSE) of shape (Hq, Sq, Dv), (Hq, Sq)."""
+    """The generated module's ``_scores`` (and the helpers it calls) run in float32, as on the GPU,
+    per head, row block m and warpgroup, over the K/V tiles of the module's own loop bounds (its
+    ``lo``, ``hi`` and ``split`` lines: the tiles before ``split`` unmasked), out-of-range rows and
+    keys zero-filled as TMA reads them, O accumulated as the kernel's PV GEMMs do, normalised and
+    the LSE taken by the epilogue's own lines: (O, LSE) of shape (Hq, Sq, Dv), (Hq, Sq)."""
     import inspect
     import math
 
@@ -324,6 +328,7 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
         exec(line, names)
     for block in re.findall(r"^def (?:floordiv|floormod|tanh|_scores)\(.*?(?=^@|^def |\Z)", source, re.M | re.S):
         exec(block.replace(".to(DTYPE)", ""), names)  # P's cast left out: float32 throughout
+    bounds = dict(re.findall(r"^\s*(lo|hi|split) = ([^#\n]*)", source[source.index("def _compute"):], re.M))
     lse_of = re.search(r"lse_r = gl\.where\(l_i == 0\.0, -float\('inf'\), (.*)\)$", source, re.M).group(1)
     out_of = re.search(r"^\s*out = (.*)\.to\(DTYPE\)", source, re.M).group(1)  # the epilogue's normalisation, as emitted
     rng = np.random.default_rng(seed)
@@ -332,25 +337,31 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
     q[:, :, 3::7] *= 60.0  # as the verifier does: some rows' logits in the hundreds, of either sign
     slopes = np.asarray(alibi_slopes_for(hq)) if spec.alibi_slopes is not None else np.zeros(hq)
     scalars = spec.runtime_scalars()
-    fn, bn = names["_scores"], names["BN"]
+    fn, bm, bn = names["_scores"], names["BM"], names["BN"]
+    hm = names.get("HM", bm)
+    padded = lambda x, lo, n: np.concatenate([x, np.zeros((lo + n, x.shape[1]))])[lo: lo + n]  # noqa: E731 (rows past the end: 0)
     o, lse = np.zeros((hq, sq, d)), np.zeros((hq, sq))
     for h in range(hq):
-        values = dict(m=0, b=0, h=h, B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, alibi_slopes=_Pointer(slopes), sa=1, **scalars)
-        m_i, l_i, acc = np.full(sq, -np.inf, np.float32), np.zeros(sq, np.float32), np.zeros((sq, d), np.float32)
         kh, vh = k[0, h // (hq // hkv)], v[0, h // (hq // hkv)]
-        for j in range(-(-sk // bn)):
-            keys = np.zeros((bn, d))
-            keys[: min(bn, sk - j * bn)] = kh[j * bn: (j + 1) * bn]
-            vals = np.zeros((bn, d))
-            vals[: min(bn, sk - j * bn)] = vh[j * bn: (j + 1) * bn]
-            args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
-            args.update(S=(q[0, h] @ keys.T).astype(np.float32), m_i=m_i, l_i=l_i, j=j, rows=np.arange(sq), split=0,
-                        s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
-            p, alpha, m_i, l_i = fn(**args)
-            acc = acc * alpha[:, None] + p @ vals.astype(np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lse[h] = eval(f"gl.where(l_i == 0.0, -float('inf'), {lse_of})", {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i})
-            o[h] = eval(out_of, {"gl": _NumpyGl}, {"acc": acc, "l_o": l_i})
+        for m in range(-(-sq // bm)):
+            values = dict(m=m, b=0, h=h, B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, alibi_slopes=_Pointer(slopes), sa=1, **scalars)
+            for x in ("lo", "hi", "split"):  # in the module's order: split may be lo
+                values[x] = int(eval(bounds[x], names, values))
+            lo, hi, split = values["lo"], values["hi"], values["split"]
+            for wg in range(bm // hm):
+                rows = m * bm + wg * hm + np.arange(hm)
+                q_rows = padded(q[0, h], m * bm + wg * hm, hm)
+                m_i, l_i, acc = np.full(hm, -np.inf, np.float32), np.zeros(hm, np.float32), np.zeros((hm, d), np.float32)
+                for j in range(lo, hi):
+                    args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
+                    args.update(S=(q_rows @ padded(kh, j * bn, bn).T).astype(np.float32), m_i=m_i, l_i=l_i, j=j, rows=rows, split=split,
+                                s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
+                    p, alpha, m_i, l_i = fn(**args)
+                    acc = acc * alpha[:, None] + p @ padded(vh, j * bn, bn).astype(np.float32)
+                keep = rows < sq  # the epilogue stores rows inside the sequence only
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    lse[h, rows[keep]] = eval(f"gl.where(l_i == 0.0, -float('inf'), {lse_of})", {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i})[keep]
+                    o[h, rows[keep]] = eval(out_of, {"gl": _NumpyGl}, {"acc": acc, "l_o": l_i})[keep]
     ref_o, ref_lse = spec_reference(spec, dict(B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, D=d, Dv=d), q, k, v,
                                     slopes if spec.alibi_slopes is not None else None)
     return o, lse, np.asarray(ref_o)[0], np.asarray(ref_lse)[0]
