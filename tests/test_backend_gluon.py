@@ -481,3 +481,32 @@ def test_later_calls_of_a_dispatch_key_skip_the_checks_but_not_the_descriptors()
     assert calls == [(("q", "k", "v", "o", "lse"), {"checked": True, "scale": 0.5})]
     kernel.accepts = {"q", "k", "v", "o", "lse", "scale"}  # a module without the option keeps its checks
     assert kernel.checked_launch([], scale=0.5) is None
+
+
+def test_the_replay_of_gluon_launches_is_opt_in_and_maps_their_descriptors(monkeypatch):
+    """ATTNFORGE_GLUON_REPLAY=1 (off by default until run on a GPU): later calls of a key replay its
+    recorded launches; a Gluon descriptor of the call's q is replayed as that call's q."""
+    import torch
+
+    from attnforge.backends.gluon.kernel import GluonKernel
+    from attnforge.backends.gluon.runtime import tma_descriptor
+    from attnforge.backends.triton.direct import DirectLaunch
+    from attnforge.backends.triton.launching import Recording
+    from attnforge.backends.triton.replay import KeyLaunch, Replay
+
+    kernel = object.__new__(GluonKernel)
+    kernel.module, kernel.interpret = type("Module", (), {"launch": staticmethod(lambda *a, **k: None)}), False
+    kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked", "slots"}
+    monkeypatch.delenv("ATTNFORGE_GLUON_REPLAY", raising=False)
+    assert not isinstance(kernel.checked_launch([], scale=0.5), KeyLaunch)
+    monkeypatch.setenv("ATTNFORGE_GLUON_REPLAY", "1")
+    assert isinstance(kernel.checked_launch([], scale=0.5), KeyLaunch)
+
+    q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
+    direct = DirectLaunch(None, (), (), positions=(0,), metas=(None,), blocks=(([1, 1, 64, 64], "zero"),), expand=None)
+    rec = Recording()
+    rec.launches.append((direct, (4,), (tma_descriptor(q, "q", [1, 1, 64, 64]), 7)))
+    replay = Replay.record(rec, (q, torch.zeros(1)), device=0)
+    assert replay is not None
+    ((_, grid, template, subs),) = replay.launches
+    assert grid == (4,) and template == [None, 7] and subs == [(0, ("call", 0))]

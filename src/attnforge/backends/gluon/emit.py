@@ -167,10 +167,11 @@ def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     scalars = list(m.scalars)
     tensors = ["alibi_slopes"] if m.alibi else []
     keywords = "".join(f"{x}, " for x in scalars + tensors)
-    m.emit(f"def launch(q, k, v, o, lse, *, {keywords}checked: bool = False) -> None:")
+    m.emit(f"def launch(q, k, v, o, lse, *, {keywords}checked: bool = False, slots: list | None = None) -> None:")
     m.emit('"""Run the kernel on BHSD-indexed tensors (any strides whose rows are 16-byte aligned; BSHD is', 1)
     m.emit("q.transpose(1, 2)). Writes O into ``o`` (B, Hq, Sq, Dv) and the natural-log log-sum-exp into", 1)
-    m.emit('``lse`` (B, Hq, Sq, fp32). ``checked``: the caller has checked the arguments already."""', 1)
+    m.emit("``lse`` (B, Hq, Sq, fp32). ``checked``: the caller has checked the arguments already; ``slots``: the", 1)
+    m.emit('compiled kernel of earlier calls that specialise alike (``launching.launch_kernel``)."""', 1)
     m.emit("B, Hq, Sq, _ = q.shape", 1)
     m.emit("Hkv, Sk = k.shape[1], k.shape[2]", 1)
     m.emit("if not checked:", 1)
@@ -191,7 +192,8 @@ def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
            "hint=\"split the batch into calls of fewer sequences\")", 2)
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
-    m.emit(f"{hk.kernel.name}[grid](q_desc, k_desc, v_desc, {args}, SCALE_POSITIVE={positive}, num_warps=WG_WARPS)", 1)
+    m.emit(f"launch_kernel({hk.kernel.name}, grid, (q_desc, k_desc, v_desc, {args}), dict(SCALE_POSITIVE={positive}), "
+           "num_warps=WG_WARPS, slots=slots)", 1)
 
 
 # ---------------------------------------------------------------------- assembly
@@ -259,6 +261,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
         "from attnforge.backends.gluon.runtime import tma_descriptor",
         "from attnforge.errors import LaunchError",
+        "from attnforge.backends.triton.launching import launch_kernel",
         "from attnforge.backends.triton.runtime import check_arguments",
         "",
         f"KERNEL = {kernel.name!r}",

@@ -22,6 +22,19 @@ from typing import Any, Optional
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+def _descriptor_classes() -> tuple[type, ...]:
+    """The host descriptor classes a launch may take: Triton's, and Gluon's (another class with the
+    fields ``make_tensordesc_arg`` reads: base, shape, strides, padding; the box and swizzle come
+    from the compiled kernel's ``tensordesc_meta``)."""
+    try:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+    except ImportError:
+        return (TensorDescriptor,)
+    return (TensorDescriptor, GluonTensorDescriptor)
+
+
+DESCRIPTORS = _descriptor_classes()
+
 # Encoded tensor maps kept per kernel and descriptor argument: a model's layers call one key
 # with different buffers, each address encoded once. Past this many the maps are re-encoded.
 MAPS_KEPT = 256
@@ -62,7 +75,7 @@ class DirectLaunch:
         if not all(hasattr(launcher, name) for name in needed) or launcher.global_scratch_size or launcher.profile_scratch_size:
             return None
         c_launch = _c_entry(launcher.launch)
-        positions = tuple(i for i, a in enumerate(args) if isinstance(a, TensorDescriptor))
+        positions = tuple(i for i, a in enumerate(args) if isinstance(a, DESCRIPTORS))
         metas = tuple(getattr(kernel.metadata, "tensordesc_meta", None) or (None,) * len(positions))
         if c_launch is None or len(metas) != len(positions) or (positions and c_launch is launcher.launch):
             return None
@@ -86,8 +99,8 @@ class DirectLaunch:
         return found
 
     @staticmethod
-    def _full(arg: Any, block: tuple[list[int], str]) -> TensorDescriptor:
-        if isinstance(arg, TensorDescriptor):
+    def _full(arg: Any, block: tuple[list[int], str]) -> Any:
+        if isinstance(arg, DESCRIPTORS):
             return arg
         return TensorDescriptor(arg, list(arg.shape), list(arg.stride()), block[0], block[1])
 

@@ -96,9 +96,10 @@ class _Slot:
         self.kernel, self.tail, self.device, self.direct = kernel, tail, device, direct
 
 
-def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int,
+def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int | None = None,
                   slots: list | None = None, index: int = 0) -> None:
-    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)``, or, with ``slots``, the
+    """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)`` (no ``num_stages`` for a Gluon
+    kernel, which lays out its own pipeline), or, with ``slots``, the
     compiled kernel in ``slots[index]`` launched directly.
 
     Triton's JIT binds and specialises every argument on every call (tens of microseconds for a
@@ -118,7 +119,8 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
     if slot is None or slot.device != device or launch_hooked() or not jit:
         if rec is not None:
             rec.launches.append((None, grid, args))  # through the JIT: not replayable
-        kernel = fn[grid](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+        kernel = fn[grid](*args, **constexprs, **options)
         if slots is not None and jit and slot is None:
             slots.extend([None] * (index + 1 - len(slots)))
             # the constexprs are literals of the generated call, the same at every launch of this slot

@@ -15,9 +15,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import torch
-from triton.tools.tensor_descriptor import TensorDescriptor
-
-from .direct import DirectLaunch
+from .direct import DESCRIPTORS, DirectLaunch
 from .launching import Recording, launch_hooked, recording
 
 # where a tensor argument comes from: ("call", i) the call's i-th tensor, ("scratch", j) the j-th buffer allocated per call
@@ -53,19 +51,19 @@ class Replay:
         for direct, grid, args in trace:
             template, subs = list(args), []
             for position, arg in enumerate(args):
-                tensor = arg.base if isinstance(arg, TensorDescriptor) else arg
+                tensor = arg.base if isinstance(arg, DESCRIPTORS) else arg
                 if not isinstance(tensor, torch.Tensor):
                     continue
                 if id(tensor) in calls:
                     source: Source = ("call", calls[id(tensor)])
-                elif isinstance(arg, TensorDescriptor) or id(tensor) not in rec.scratch or tensor.untyped_storage().data_ptr() in storages:
+                elif isinstance(arg, DESCRIPTORS) or id(tensor) not in rec.scratch or tensor.untyped_storage().data_ptr() in storages:
                     return None
                 else:  # a buffer the launcher allocated for this call (split-KV's partial results)
                     if id(tensor) not in scratch_of:
                         scratch_of[id(tensor)] = len(scratch)
                         scratch.append((tuple(tensor.shape), tensor.stride(), tensor.dtype))
                     source = ("scratch", scratch_of[id(tensor)])
-                if isinstance(arg, TensorDescriptor) and position not in direct.positions:
+                if isinstance(arg, DESCRIPTORS) and position not in direct.positions:
                     return None
                 template[position] = None
                 subs.append((position, source))
