@@ -9,6 +9,7 @@ serves every batch and KV length, and only the host's arithmetic changes with th
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .sizes import next_pow2
@@ -30,3 +31,12 @@ def split_count(programs: int, kv_tiles: int, sm_count: int) -> int:
 
 
 __all__ = ["INTERPRETER_SM_COUNT", "MAX_SPLITS", "split_count"]
+
+
+@functools.lru_cache(maxsize=None)
+def device_sm_count(index: int) -> int:
+    """The SM count of CUDA device ``index``, what the rule fills (cached: a decode launch asks on
+    every call, and a device's properties never change)."""
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count

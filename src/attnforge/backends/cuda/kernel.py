@@ -13,7 +13,6 @@ kernel's grid (``grid_blocks``); these three are plain Python, testable without 
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import os
 import threading
@@ -26,7 +25,7 @@ import torch
 from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars, new_outputs
 from ...dtypes import torch_dtype
 from ...errors import AttnforgeError, CompileError, LaunchError
-from ...splits import split_count
+from ...splits import device_sm_count, split_count
 from ..triton.runtime import check_arguments, window_bound  # plain Python (no triton import): the ABI's argument checks
 from .compile import PATHS, arch_of, compile_cubin
 from .module import read_meta
@@ -62,12 +61,6 @@ def scratch_shapes(meta: dict, env: dict[str, int]) -> dict[str, tuple[tuple[int
 def grid_blocks(info: dict, env: dict[str, int]) -> int:
     """The blocks of one kernel's launch: the product of its TL grid's extents (flattened onto x)."""
     return math.prod(_host_int(g, env) for g in info["grid"]) if info["grid"] else 1
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    # cached: a decode launch asks on every call, and a device's properties never change
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # ------------------------------------------------------------------------------ loaders
@@ -249,7 +242,7 @@ class CudaKernel:
             if name in values:
                 values[name] = window_bound(name, values[name], Sq, Sk)
         sizes = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk}
-        env = {**sizes, **launch_values(self.meta, sizes, _sm_count(device))}
+        env = {**sizes, **launch_values(self.meta, sizes, device_sm_count(device))}
         for name, (shape, dtype) in scratch_shapes(self.meta, env).items():  # this call's own: the kernels run on one stream
             tensors[name] = torch.empty(shape, dtype=dtype, device=q.device)
         stream = torch.cuda.current_stream(device).cuda_stream

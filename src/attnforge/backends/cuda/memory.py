@@ -123,42 +123,26 @@ class MemoryEmitter(EmitterBase):
         nt = self.warps * 32
         trips = -(-chunks // nt)
         guard = "" if chunks % nt == 0 else f"if (af_c < {chunks}) "
-        if view.pack is not None:
-            return self._packed_load_code(s, view, sh, row0, extent, slot, trips, guard)
+        if view.pack is None:  # rows at one stride from the tile's first
+            head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
+                    f"const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};"]
+            per_row_lines, address = [], f"af_src + (long long)af_r * {row_stride}"
+        else:  # packed: each row its own pointer (head, position); rows past the view's G * Sq zero-filled
+            head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;  // packed rows: (head, position) pairs"]
+            per_row_lines = ["const int af_vr = af_row0 + af_r;  // the view's row"]
+            address = f"{s.src} + {self._row_offset(view, s.coord[0], 'af_vr')}"
         return [
             "{",
-            f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
-            f"{INDENT}const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};",
+            *(INDENT + line for line in head),
             f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
             copy_unroll(trips, self.warps),
             f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
             f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
             f"{INDENT * 2}{guard}{{",
             f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
+            *(INDENT * 3 + line for line in per_row_lines),
             f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? af_src + (long long)af_r * {row_stride} + af_col : {s.src}, af_in);",
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
-        ]
-
-    def _packed_load_code(self, s: n.Copy, view: View, sh, row0: str, extent: str, slot: str, trips: int, guard: str) -> list[str]:
-        """``_load_code`` for a packed view: each row's own pointer (head, position), rows past the
-        view's extent (G * Sq) zero-filled."""
-        per_row = sh.cols_pad // 8
-        offset = self._row_offset(view, s.coord[0], "af_vr")
-        return [
-            "{",
-            f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;  // packed rows: (head, position) pairs",
-            f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
-            copy_unroll(trips, self.warps),
-            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
-            f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
-            f"{INDENT * 2}{guard}{{",
-            f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
-            f"{INDENT * 3}const int af_vr = af_row0 + af_r;  // the view's row",
-            f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {s.src} + {offset} + af_col : {s.src}, af_in);",
+            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} + af_col : {s.src}, af_in);",
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",

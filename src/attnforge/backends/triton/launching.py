@@ -6,7 +6,6 @@ torch and Triton are imported here once, not on every launch.
 
 from __future__ import annotations
 
-import functools
 from contextvars import ContextVar
 from typing import Any, Optional
 
@@ -17,7 +16,7 @@ from triton.runtime.jit import JITFunction
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...errors import LaunchError
-from ...splits import INTERPRETER_SM_COUNT
+from ...splits import INTERPRETER_SM_COUNT, device_sm_count
 from ...targets import tma_can_read
 from .direct import DirectLaunch
 
@@ -44,13 +43,7 @@ def program_slots(device: torch.device) -> int:
     split-KV rule fills. In the CPU interpreter, ``splits.INTERPRETER_SM_COUNT`` (a few)."""
     if device.type != "cuda":
         return INTERPRETER_SM_COUNT
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    # cached: a decode launch asks on every call, and a device's properties never change
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return device_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 class Recording:
