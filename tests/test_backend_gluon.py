@@ -465,27 +465,10 @@ def test_a_kernel_compiles_only_for_the_family_it_is_written_for(tmp_path):
             compile_for_target(_import(path), other)
 
 
-def test_later_calls_of_a_dispatch_key_skip_the_checks_but_not_the_descriptors():
-    """attention()'s dispatch cache: a Gluon module's later calls skip the argument checks the
-    first passed; they are never replayed from a recording (its descriptors would be stale)."""
-    from types import SimpleNamespace
-
-    from attnforge.backends.gluon.kernel import GluonKernel
-
-    calls = []
-    kernel = object.__new__(GluonKernel)  # no GPU here: the module is a stand-in for the loaded one
-    kernel.module = SimpleNamespace(launch=lambda *tensors, **kw: calls.append((tensors, kw)))
-    kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked"}
-    fast = kernel.checked_launch([], scale=0.5)
-    fast("q", "k", "v", "o", "lse")
-    assert calls == [(("q", "k", "v", "o", "lse"), {"checked": True, "scale": 0.5})]
-    kernel.accepts = {"q", "k", "v", "o", "lse", "scale"}  # a module without the option keeps its checks
-    assert kernel.checked_launch([], scale=0.5) is None
-
-
-def test_the_replay_of_gluon_launches_is_opt_in_and_maps_their_descriptors(monkeypatch):
-    """ATTNFORGE_GLUON_REPLAY=1 (off by default until run on a GPU): later calls of a key replay its
-    recorded launches; a Gluon descriptor of the call's q is replayed as that call's q."""
+def test_later_calls_of_a_gluon_key_replay_its_launches_with_their_descriptors_remapped():
+    """Later calls of a key replay its recorded launches (verified on the H200: bench/replay_check.py
+    --backend gluon); a Gluon descriptor of the call's q is replayed as that call's q, and a module
+    without the launch options keeps its checks."""
     import torch
 
     from attnforge.backends.gluon.kernel import GluonKernel
@@ -497,10 +480,10 @@ def test_the_replay_of_gluon_launches_is_opt_in_and_maps_their_descriptors(monke
     kernel = object.__new__(GluonKernel)
     kernel.module, kernel.interpret = type("Module", (), {"launch": staticmethod(lambda *a, **k: None)}), False
     kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked", "slots"}
-    monkeypatch.delenv("ATTNFORGE_GLUON_REPLAY", raising=False)
-    assert not isinstance(kernel.checked_launch([], scale=0.5), KeyLaunch)
-    monkeypatch.setenv("ATTNFORGE_GLUON_REPLAY", "1")
     assert isinstance(kernel.checked_launch([], scale=0.5), KeyLaunch)
+    kernel.accepts = {"q", "k", "v", "o", "lse", "scale"}  # written without the launch options: keeps its checks
+    assert kernel.checked_launch([], scale=0.5) is None
+    kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked", "slots"}
 
     q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
     direct = DirectLaunch(None, (), (), positions=(0,), metas=(None,), blocks=(([1, 1, 64, 64], "zero"),), expand=None)

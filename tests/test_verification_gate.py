@@ -132,25 +132,38 @@ def test_report_says_how_it_was_verified(tmp_path):
     assert all(c["o_ratio"] <= 1.0 for c in report["verification"]["cases"])
 
 
-def test_a_native_crash_fails_the_cases_it_left_unreadable_instead_of_raising(monkeypatch):
-    # On a GPU every case is launched before any is judged; an illegal address in one launch makes
-    # the CUDA context unusable, so reading back the cases launched before it raises. That must be
-    # failed cases naming the crash, not an exception out of verify (a traceback from generate).
+class _CrashingOnSecondLaunch:
+    """A "native" kernel (interpret False) whose second launch hits an illegal address, which
+    ``sticky`` records: from then on the fake CUDA context is unusable."""
+
+    interpret, device = False, "cpu"
+
+    def __init__(self, sticky: list[str]):
+        self.sticky, self.calls = sticky, 0
+
+    def launch(self, q, k, vv, o, lse, **scalars):
+        self.calls += 1
+        if self.calls == 2:
+            self.sticky.append("illegal address")
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def _on_a_fake_gpu(monkeypatch) -> None:
     import torch
 
     from attnforge import verify as v
 
+    monkeypatch.setattr(v, "what_runs", lambda kernel, target: ("native", "natively on a fake GPU"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+
+
+def test_a_native_crash_fails_the_cases_it_left_unreadable_instead_of_raising(monkeypatch):
+    # On a GPU every case is launched before any is judged; an illegal address in one launch makes
+    # the CUDA context unusable, so reading back the cases launched before it raises. That must be
+    # failed cases naming the crash, not an exception out of verify (a traceback from generate).
+    from attnforge import verify as v
+
     sticky: list[str] = []
-
-    class Crashing:  # a "native" kernel (interpret False) whose second launch hits an illegal address
-        interpret, device, calls = False, "cpu", 0
-
-        def launch(self, q, k, vv, o, lse, **scalars):
-            self.calls += 1
-            if self.calls == 2:
-                sticky.append("illegal address")
-                raise RuntimeError("CUDA error: an illegal memory access was encountered")
-
     real_guards = v._guards_intact
 
     def guards(buf, outside):  # what reading a GPU tensor does once the context is gone
@@ -159,13 +172,40 @@ def test_a_native_crash_fails_the_cases_it_left_unreadable_instead_of_raising(mo
         return real_guards(buf, outside)
 
     monkeypatch.setattr(v, "_guards_intact", guards)
-    monkeypatch.setattr(v, "what_runs", lambda kernel, target: ("native", "natively on a fake GPU"))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    _on_a_fake_gpu(monkeypatch)
     spec = AttentionSpec(heads=2, kv_heads=1, seqlen_q=8, seqlen_k=8, head_dim=16, dtype="fp16")
     shapes = [v.CaseShape(1, 2, 1, 5, 7), v.CaseShape(1, 2, 1, 3, 9)]
-    record = v.verify(Crashing(), spec, {"BM": 16}, shapes=shapes)
+    record = v.verify(_CrashingOnSecondLaunch(sticky), spec, {"BM": 16}, shapes=shapes)
     assert [c.passed for c in record.cases] == [False, False]
     assert "crashed first" in record.cases[0].error and "illegal memory access" in record.cases[1].error
+
+
+def test_no_case_is_launched_after_a_native_crash(monkeypatch):
+    # After an illegal address even drawing the next case's inputs raises (the context is gone):
+    # found on the H200, where a CUDA mutant's fault made verify raise out of the GPU check. The
+    # cases after the crash are not launched; they fail naming it.
+    from attnforge import verify as v
+
+    sticky: list[str] = []
+    real_tensor, real_guards = v._tensor, v._guards_intact
+
+    def dead_if_sticky(real):
+        def call(*args, **kwargs):
+            if sticky:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(v, "_tensor", dead_if_sticky(real_tensor))
+    monkeypatch.setattr(v, "_guards_intact", dead_if_sticky(real_guards))
+    _on_a_fake_gpu(monkeypatch)
+    spec = AttentionSpec(heads=2, kv_heads=1, seqlen_q=8, seqlen_k=8, head_dim=16, dtype="fp16")
+    shapes = [v.CaseShape(1, 2, 1, 5, 7), v.CaseShape(1, 2, 1, 3, 9), v.CaseShape(2, 2, 1, 4, 4), v.CaseShape(1, 2, 1, 6, 6)]
+    kernel = _CrashingOnSecondLaunch(sticky)
+    record = v.verify(kernel, spec, {"BM": 16}, shapes=shapes)
+    assert kernel.calls == 2 and not record.passed and len(record.cases) == 4
+    assert "illegal memory access" in record.cases[1].error
+    assert all(c.error.startswith("not run: case 1x2/1x3x9 bhsd crashed first") for c in record.cases[2:])
 
 
 @pytest.mark.parametrize("heads, kv_heads", [(8, 2), (4, 4), (16, 1)])

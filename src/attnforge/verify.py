@@ -10,6 +10,7 @@ and Sq > Sk, GQA/MQA ratios, and both BHSD and BSHD strides.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -202,7 +203,19 @@ def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *
 
 
 def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, block_rows: int) -> _Launched:
-    """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised)."""
+    """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised:
+    also one that shows only when the inputs are drawn, as an earlier kernel's fault does)."""
+    launched = _Launched(shape, None, None, None, [], None, None, None, None, 0.0)
+    start = time.perf_counter()
+    try:
+        _draw_and_run(kernel, spec, shape, seed, block_rows, launched)
+    except Exception as err:  # a crash is a failed case with its reason, not a lost run
+        launched.crash = f"{type(err).__name__}: {err}"[:500]
+    launched.seconds = time.perf_counter() - start
+    return launched
+
+
+def _draw_and_run(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, block_rows: int, launched: _Launched) -> None:
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator(device).manual_seed(seed)  # inputs drawn where the kernel runs: a GPU draws the large cases at once
@@ -218,16 +231,11 @@ def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, bl
     if spec.alibi_slopes is not None:
         slopes = np.array(spec.alibi_slopes if shape.Hq == spec.heads else alibi_slopes_for(shape.Hq))
         args["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
-    launched = _Launched(shape, q, k, v, inputs, o, lse, (o_buf, o_outside, lse_buf, lse_outside), slopes, 0.0)
-    start = time.perf_counter()
-    try:
-        kernel.launch(q, k, v, o, lse, **args)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    except Exception as err:  # a crash is a failed case with its reason, not a lost run
-        launched.crash = f"{type(err).__name__}: {err}"[:500]
-    launched.seconds = time.perf_counter() - start
-    return launched
+    launched.q, launched.k, launched.v, launched.inputs, launched.o, launched.lse = q, k, v, inputs, o, lse
+    launched.guards, launched.slopes = (o_buf, o_outside, lse_buf, lse_outside), slopes
+    kernel.launch(q, k, v, o, lse, **args)
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
@@ -289,6 +297,13 @@ def _judge_after_crash(spec: AttentionSpec, case: _Launched, crashed: _Launched)
         fmt = _mma_format(spec)
         return CaseResult(str(case.shape), math.inf, math.inf, O_TOLERANCE[fmt], lse_tolerance(fmt), case.seconds, False,
                           f"not judged: case {crashed.shape} crashed first ({crashed.crash}); then {type(err).__name__}: {err}"[:500])
+
+
+def _not_run(spec: AttentionSpec, shape: CaseShape, crashed: _Launched) -> CaseResult:
+    """A case left unlaunched because an earlier one crashed: it fails, naming that crash."""
+    fmt = _mma_format(spec)
+    return CaseResult(str(shape), math.inf, math.inf, O_TOLERANCE[fmt], lse_tolerance(fmt), 0.0, False,
+                      f"not run: case {crashed.shape} crashed first ({crashed.crash})"[:500])
 
 
 def _first_bad_lse(out: np.ndarray, ref: np.ndarray) -> tuple[int, ...]:
@@ -359,11 +374,17 @@ def verify(
     if not native:  # the interpreter is the slow part: one case at a time, so fail_fast stops early
         results: Iterator[CaseResult] = (run_case(kernel, spec, shape, seed + i, block_rows=block_rows) for i, shape in enumerate(shapes))
     else:  # the GPU runs every case first; the float64 judging (torch and numpy, which release the GIL) overlaps in threads
-        launched = [_launch(kernel, spec, shape, seed + i, block_rows) for i, shape in enumerate(shapes)]
-        crashed = next((case for case in launched if case.crash is not None), None)
+        launched: list[_Launched] = []
+        for i, shape in enumerate(shapes):
+            launched.append(_launch(kernel, spec, shape, seed + i, block_rows))
+            if launched[-1].crash is not None:
+                break  # a fault (an illegal address) leaves the CUDA context unusable: no later case could run
+        crashed = launched[-1] if launched[-1].crash is not None else None
         judge = _judge if crashed is None else lambda spec, case: _judge_after_crash(spec, case, crashed)
         pool = ThreadPoolExecutor(max_workers=min(len(launched), JUDGE_THREADS))
-        results = (future.result() for future in [pool.submit(judge, spec, case) for case in launched])
+        futures = [pool.submit(judge, spec, case) for case in launched]
+        not_run = [_not_run(spec, shape, crashed) for shape in shapes[len(launched):]]
+        results = itertools.chain((future.result() for future in futures), not_run)
     try:
         for i, case in enumerate(results):
             record.cases.append(case)

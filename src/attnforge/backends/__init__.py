@@ -52,7 +52,7 @@ def choose_backend_and_reason(name: str, spec: AttentionSpec, target: Target) ->
     reasons = []
     for candidate in candidates:
         backend = get_backend(candidate)
-        why = backend.unsupported(spec, target) or (backend.auto_refusal(spec, target) if name == "auto" else None)
+        why = backend.unsupported(spec, target)
         if why is None:
             if name != "auto":
                 return backend, f"{candidate}: asked for by name"

@@ -68,11 +68,6 @@ class Backend(ABC):
     def unsupported(self, spec: AttentionSpec, target: Target) -> str | None:
         """Why this backend cannot build ``spec`` for ``target``, or None when it can."""
 
-    def auto_refusal(self, spec: AttentionSpec, target: Target) -> str | None:
-        """Why ``--backend auto`` passes over this backend for ``spec`` although it can build it
-        (asked for by name it still does), or None."""
-        return None
-
     @abstractmethod
     def refused_strategies(self, target: Target) -> dict[str, str]:
         """TL strategy parameters (``analysis.STRATEGY_PARAMS``) that cannot be on for ``target``, with the reason."""

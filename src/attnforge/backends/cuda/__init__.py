@@ -69,14 +69,6 @@ class CudaBackend(Backend):
                     f"partial output in registers and spills past {PACKED_MAX_DV} (measured with nvcc 13 for sm_80); use --backend triton")
         return None
 
-    def auto_refusal(self, spec: AttentionSpec, target: Target) -> str | None:
-        from ...plan.builtin import packs_gqa
-
-        if spec.is_decode or packs_gqa(spec):
-            return ("its split-KV decode kernels compile but have not run on a GPU yet, so auto builds decode with Triton; "
-                    "--backend cuda builds them (verified natively before use)")
-        return None
-
     def refused_strategies(self, target: Target) -> dict[str, str]:
         why = "the CUDA backend writes mma.sync kernels with cp.async pointer loads"
         return {"tma": why + " (no TMA descriptors)", "persistent": why + " (one block per grid point)", "ws": why + " (no warp specialisation)"}

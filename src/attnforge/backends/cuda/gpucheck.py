@@ -64,6 +64,7 @@ TIMING = [  # (dtype, D, causal, B, Hq, Hkv, Sq, Sk): the forward rows of bench/
     ("bf16", 128, True, 4, 32, 8, 4096, 4096),
 ]
 BE = CudaBackend()
+MUTANT_DEADLINE_S = 120.0  # nvcc, then verification; a mutant past it hangs
 
 
 def build(spec: AttentionSpec, target_name: str, out: Path, tag: str) -> tuple[Path, dict, list]:
@@ -134,7 +135,8 @@ def phase_verify(args, out: Path, deadline: float) -> list[dict]:
     for name, fields in EXTRA:
         f = dict(dtype="fp16", **fields)
         f.setdefault("head_dim", 64)
-        jobs.append((f"{name}-d{f['head_dim']}-fp16", f, ("native",), False))
+        decode = f.get("seqlen_q", 128) <= 16  # split-KV decode: the Turing path too (what auto builds on sm_75)
+        jobs.append((f"{name}-d{f['head_dim']}-fp16", f, ("native", "turing") if decode else ("native",), False))
     prebuild([(tag, AttentionSpec(**fields), "turing" in paths) for tag, fields, paths, _ in jobs], args.target, out)
     for tag, fields, paths, full in jobs:
         if time.time() > deadline:
@@ -240,6 +242,7 @@ def phase_time(args, out: Path, deadline: float) -> list[dict]:
 
 
 def phase_mutants(args, out: Path, deadline: float) -> list[dict]:
+    from ...selftest.child import verify_in_child
     from ...selftest.mutants import CUDA_MUTANTS, SPECS
     from .compile import lint
 
@@ -255,19 +258,24 @@ def phase_mutants(args, out: Path, deadline: float) -> list[dict]:
             static = None
         except Exception as err:
             static = str(err)[:200]
-        # the GPU verdict without the lint: compile the mutant as written
+        # the GPU verdict without the lint: the mutant compiled as written, verified in a process of its own
         os.environ["ATTNFORGE_CUDA_NO_LINT"] = "1"
         try:
-            rec = verify(CudaKernel(mpath), spec, params, target=get_target(args.target), shapes=shapes_for(spec, params, False))
-            killed_gpu = not rec.passed
-            detail = next((f"{c.shape}: {c.error or c.worst}" for c in rec.cases if not c.passed), "")
-        except Exception as err:
-            killed_gpu, detail = True, f"raised {err}"[:300]
+            _, killed_gpu, detail = verify_in_child("attnforge.backends.cuda.gpucheck", mpath, mutant.spec, params, MUTANT_DEADLINE_S)
         finally:
             os.environ.pop("ATTNFORGE_CUDA_NO_LINT", None)
         rows.append(dict(mutant=mutant.name, killed_statically=static is not None, static=static, killed_by_gpu=killed_gpu, detail=detail[:300]))
         print(f"mutant {mutant.name:34s} static={'KILLED' if static else 'survived'} gpu={'KILLED' if killed_gpu else 'SURVIVED'} {detail[:200]}", flush=True)
     return rows
+
+
+def _verify_one(path: Path, spec_key: str, params: dict, target_name: str) -> None:
+    """Child process: verify the CUDA source at ``path`` for the spec; exit 0 passed, 1 failed."""
+    from ...selftest.child import exit_with_verdict
+    from ...selftest.mutants import SPECS
+
+    spec, _ = SPECS[spec_key]
+    exit_with_verdict(verify(CudaKernel(path), spec, params, target=get_target(target_name), shapes=shapes_for(spec, params, False)))
 
 
 def main() -> None:
@@ -277,7 +285,13 @@ def main() -> None:
     ap.add_argument("--phase", default="verify,time,mutants")
     ap.add_argument("--budget", type=float, default=200.0, help="seconds; no new case starts after it")
     ap.add_argument("--triton", action="store_true", help="time the Triton kernels too (JIT compiles on the GPU machine)")
+    ap.add_argument("--verify-one", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--params", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.verify_one:
+        _verify_one(Path(args.verify_one), args.spec, json.loads(args.params), args.target)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()

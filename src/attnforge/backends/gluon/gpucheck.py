@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -54,21 +52,20 @@ def _build(spec, out: Path, tag: str, target_name: str = "h200") -> tuple[Path, 
 
 def _verify_one(module: Path, spec_key: str, params: dict) -> None:
     """Child process: verify ``module`` for the spec; exit 0 passed, 1 failed (printing why)."""
+    from ...selftest.child import exit_with_verdict
     from ...selftest.mutants import SPECS
     from ...targets import get_target
     from ...verify import verify
     from .kernel import GluonKernel
 
     spec, target = SPECS[spec_key]
-    rec = verify(GluonKernel(module), spec, params, target=get_target(target))
-    bad = next((f"{c.shape}: {c.error or c.worst}" for c in rec.cases if not c.passed), "")
-    print(("PASSED" if rec.passed else "FAILED ") + bad[:300], flush=True)
-    sys.exit(0 if rec.passed else 1)
+    exit_with_verdict(verify(GluonKernel(module), spec, params, target=get_target(target)))
 
 
 def phase_mutants(out: Path) -> list[dict]:
     import torch
 
+    from ...selftest.child import verify_in_child
     from ...selftest.mutants import GLUON_MUTANTS, SPECS
     from ...targets import get_target
 
@@ -94,13 +91,7 @@ def phase_mutants(out: Path) -> list[dict]:
         jobs.append((m.name, m.spec, path))
     for name, key, path in jobs:
         start = time.time()
-        try:
-            p = subprocess.run([sys.executable, "-m", "attnforge.backends.gluon.gpucheck", "--verify-one", str(path), "--spec", key, "--params", json.dumps(params[key])],
-                               capture_output=True, text=True, timeout=MUTANT_DEADLINE_S)
-            passed, detail = p.returncode == 0, (p.stdout.strip().splitlines() or [p.stderr.strip()[-300:]])[-1]
-            caught = detail.startswith("FAILED")  # verification said no; a crash (import, launch) catches nothing
-        except subprocess.TimeoutExpired:
-            passed, caught, detail = False, True, f"no result within {MUTANT_DEADLINE_S:.0f} s (a barrier wait that never completes)"
+        passed, caught, detail = verify_in_child("attnforge.backends.gluon.gpucheck", path, key, params[key], MUTANT_DEADLINE_S)
         control = name.startswith("control-") or name in equivalent  # these must pass verification
         ok = passed if control else caught
         rows.append(dict(name=name, control=control, passed_verification=passed, as_expected=ok, detail=detail, seconds=round(time.time() - start, 1)))
