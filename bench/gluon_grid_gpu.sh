@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Verify the gluon backend natively on a Hopper GPU over the forward variant grid: each spec goes
 # through attnforge generate (plan, check, interpret, translate, compile, verify against the
-# float64 reference). One line per spec; a hang is cut off by the timeout and counted as a failure.
+# float64 reference), split-KV decode and decode-verify included (ONLY_FEATURES=1: the feature and
+# decode specs alone). One line per spec; a hang is cut off by the timeout and counted as a failure.
 # JOBS specs at a time (default 6: the compiles are CPU-bound, the GPU check of each is short).
 # Usage (on the GPU machine, repository root): bash bench/gluon_grid_gpu.sh OUTDIR
 set -u
@@ -35,6 +36,13 @@ run bf16_softcap --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 6
 run fp16_scoremod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --score-mod "score - 0.01 * abs(q_idx - kv_idx)"
 run fp16_maskmod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --mask-mod "(q_idx + kv_idx) % 3 != 0"
 run bf16_mqa_b3 --dtype bf16 --head-dim 128 --batch 3 --heads 8 --kv-heads 1 --seqlen-q 257 --seqlen-k 513 --causal
+# split-KV decode (the split count chosen per call; packed GQA where Hq > Hkv) and decode-verify (Sq 2..16, packed)
+run bf16_decode_gqa --dtype bf16 --head-dim 128 --batch 4 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 4099
+run bf16_verify_sq4_causal --dtype bf16 --head-dim 128 --heads 32 --kv-heads 8 --seqlen-q 4 --seqlen-k 1000 --causal
+run fp16_decode_mha_d64 --dtype fp16 --head-dim 64 --heads 16 --kv-heads 16 --seqlen-q 1 --seqlen-k 2048
+run bf16_decode_window_alibi --dtype bf16 --head-dim 128 --heads 16 --kv-heads 2 --seqlen-q 1 --seqlen-k 8192 --window 1024,0 --alibi-slopes auto
+run bf16_decode_d256_mqa --dtype bf16 --head-dim 256 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 3001
+run fp16_verify_sq16_g8 --dtype fp16 --head-dim 64 --batch 2 --heads 32 --kv-heads 4 --seqlen-q 16 --seqlen-k 777 --causal
 wait
 echo "gluon grid: $(cat "$out"/*.status | grep -c ^PASS) passed, $(cat "$out"/*.status | grep -c ^FAIL) failed"
 rm -rf "$out/gen"

@@ -8,6 +8,7 @@ into tensor memory) is checked the same way for sm_100a: compiled, never run (no
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_registered_and_refusing_what_it_cannot_build():
         (AttentionSpec(heads=4, head_dim=128, dtype="bf16"), "rtx4090", "sm_90 \\(wgmma\\) and sm_100"),
         (AttentionSpec(heads=4, head_dim=128, dtype="fp32"), "h200", "fp16, bf16"),
         (AttentionSpec(heads=4, head_dim=96, dtype="bf16"), "h200", "powers of two"),
-        (AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), "h200", "decode"),
+        (AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), "b200", "decode .* on sm_100"),
     ]:
         with pytest.raises(AttnforgeError, match=words):
             choose_backend("gluon", spec, get_target(target))
@@ -136,9 +137,13 @@ def test_generate_on_a_cpu_machine_compiles_and_says_it_is_not_verified(tmp_path
             gluon.load(tmp_path / "out" / "kernel_gluon.py")
 
 
-def test_a_decode_spec_is_refused_by_the_hopper_planner():
-    with pytest.raises(AttnforgeError):
-        next(hopper_plans(AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096), H200))
+def test_the_hopper_planner_writes_decode_as_a_split_kv_pair():
+    """Decode (Sq = 1) and packed small-Sq GQA take the split-KV pair, as the built-in planner's do;
+    Sq = 17 (past packing) or MHA with Sq > 1 are prefills."""
+    for sq, kv_heads, kind in ((1, 8, "decode"), (16, 8, "decode"), (1, 32, "decode"), (17, 8, "prefill"), (4, 32, "prefill")):
+        plan = next(hopper_plans(AttentionSpec(heads=32, kv_heads=kv_heads, head_dim=128, dtype="bf16", seqlen_q=sq, seqlen_k=4096), H200))
+        assert plan.kind == kind and len(plan.program.kernels) == (2 if kind == "decode" else 1)
+        assert ("pack Hq // Hkv" in plan.source) == (kind == "decode" and kv_heads < 32)
     with pytest.raises(TLCheckError):  # a checker refusal that smaller tiles cannot fix surfaces as itself
         next(hopper_plans(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), get_target("a100")))
 
@@ -157,7 +162,7 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_alibi", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_alibi", "hopper_decode", "blackwell"}
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)
@@ -291,8 +296,8 @@ class _Pointer:
     def __init__(self, data: np.ndarray, offset: int = 0):
         self.data, self.offset = data, offset
 
-    def __add__(self, k):
-        return _Pointer(self.data, self.offset + int(k))
+    def __add__(self, k):  # (k: a scalar, or each packed row's head)
+        return _Pointer(self.data, self.offset + np.asarray(k, dtype=np.int64))
 
 
 class _NumpyGl:
@@ -314,12 +319,16 @@ class _NumpyGl:
     load = staticmethod(lambda p: p.data[p.offset])
 
 
-def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 0):
+def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 0, nsplit: int | None = None):
     """The generated module's ``_scores`` (and the helpers it calls) run in float32, as on the GPU,
     per head, row block m and warpgroup, over the K/V tiles of the module's own loop bounds (its
     ``lo``, ``hi`` and ``split`` lines: the tiles before ``split`` unmasked), out-of-range rows and
     keys zero-filled as TMA reads them, O accumulated as the kernel's PV GEMMs do, normalised and
-    the LSE taken by the epilogue's own lines: (O, LSE) of shape (Hq, Sq, Dv), (Hq, Sq)."""
+    the LSE taken by the epilogue's own lines: (O, LSE) of shape (Hq, Sq, Dv), (Hq, Sq).
+
+    A split-KV partial kernel (``nsplit``: its NSPLIT) runs per split s too, its rows packed by
+    head where the module packs them (row r: head hk * G + r % G, position r // G); the splits'
+    partial results are then merged as the combine kernel merges them (the LSE-weighted sum)."""
     import inspect
     import math
 
@@ -330,7 +339,7 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
         exec(block.replace(".to(DTYPE)", ""), names)  # P's cast left out: float32 throughout
     bounds = dict(re.findall(r"^\s*(lo|hi|split) = ([^#\n]*)", source[source.index("def _compute"):], re.M))
     lse_of = re.search(r"lse_r = gl\.where\(l_i == 0\.0, -float\('inf'\), (.*)\)$", source, re.M).group(1)
-    out_of = re.search(r"^\s*out = (.*)\.to\(DTYPE\)", source, re.M).group(1)  # the epilogue's normalisation, as emitted
+    out_of = re.search(r"^\s*out = (.*?)(?:\.to\(DTYPE\))?  #", source, re.M).group(1)  # the epilogue's normalisation, as emitted
     rng = np.random.default_rng(seed)
     hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
     q, k, v = (rng.standard_normal(s) * 2.0 for s in ((1, hq, sq, d), (1, hkv, sk, d), (1, hkv, sk, d)))
@@ -339,18 +348,23 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
     scalars = spec.runtime_scalars()
     fn, bm, bn = names["_scores"], names["BM"], names["BN"]
     hm = names.get("HM", bm)
+    group = hq // hkv if "h_idx = " in source else 1  # packed rows: the query heads of a K/V head
     padded = lambda x, lo, n: np.concatenate([x, np.zeros((lo + n, x.shape[1]))])[lo: lo + n]  # noqa: E731 (rows past the end: 0)
-    o, lse = np.zeros((hq, sq, d)), np.zeros((hq, sq))
-    for h in range(hq):
-        kh, vh = k[0, h // (hq // hkv)], v[0, h // (hq // hkv)]
-        for m in range(-(-sq // bm)):
-            values = dict(m=m, b=0, h=h, B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, alibi_slopes=_Pointer(slopes), sa=1, **scalars)
+    splits = nsplit or 1
+    o, lse = np.zeros((splits, hq, sq, d)), np.full((splits, hq, sq), -np.inf)
+    for h, s in itertools.product(range(hq // group), range(splits)):
+        kh, vh = k[0, h * group // (hq // hkv)], v[0, h * group // (hq // hkv)]
+        for m in range(-(-(sq * group) // bm)):
+            values = dict(m=m, b=0, h=h, hk=h, s=s, NSPLIT=splits, B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, alibi_slopes=_Pointer(slopes), sa=1, **scalars)
             for x in ("lo", "hi", "split"):  # in the module's order: split may be lo
                 values[x] = int(eval(bounds[x], names, values))
             lo, hi, split = values["lo"], values["hi"], values["split"]
             for wg in range(bm // hm):
                 rows = m * bm + wg * hm + np.arange(hm)
-                q_rows = padded(q[0, h], m * bm + wg * hm, hm)
+                heads, positions = h * group + rows % group, rows // group
+                keep = positions < sq  # the epilogue stores rows inside the sequence only
+                q_rows = np.zeros((hm, d))
+                q_rows[keep] = q[0, heads[keep], positions[keep]]
                 m_i, l_i, acc = np.full(hm, -np.inf, np.float32), np.zeros(hm, np.float32), np.zeros((hm, d), np.float32)
                 for j in range(lo, hi):
                     args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
@@ -358,13 +372,16 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
                                 s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
                     p, alpha, m_i, l_i = fn(**args)
                     acc = acc * alpha[:, None] + p @ padded(vh, j * bn, bn).astype(np.float32)
-                keep = rows < sq  # the epilogue stores rows inside the sequence only
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    lse[h, rows[keep]] = eval(f"gl.where(l_i == 0.0, -float('inf'), {lse_of})", {"gl": _NumpyGl}, {"m_i": m_i, "l_i": l_i})[keep]
-                    o[h, rows[keep]] = eval(out_of, {"gl": _NumpyGl}, {"acc": acc, "l_o": l_i})[keep]
+                    lse[s, heads[keep], positions[keep]] = eval(f"gl.where(l_i == 0.0, -float('inf'), {lse_of})", {"gl": _NumpyGl},
+                                                                {"m_i": m_i, "l_i": l_i})[keep]
+                    o[s, heads[keep], positions[keep]] = eval(out_of, {"gl": _NumpyGl}, {"acc": acc, "l_o": l_i})[keep]
     ref_o, ref_lse = spec_reference(spec, dict(B=1, Hq=hq, Hkv=hkv, Sq=sq, Sk=sk, D=d, Dv=d), q, k, v,
                                     slopes if spec.alibi_slopes is not None else None)
-    return o, lse, np.asarray(ref_o)[0], np.asarray(ref_lse)[0]
+    merged_lse = np.logaddexp.reduce(lse, axis=0)
+    with np.errstate(invalid="ignore"):
+        weights = np.nan_to_num(np.exp(lse - merged_lse[None]))  # a split (or a row) that saw no key: weight 0
+    return (weights[..., None] * o).sum(axis=0), merged_lse, np.asarray(ref_o)[0], np.asarray(ref_lse)[0]
 
 
 @pytest.mark.parametrize("spec", [
@@ -493,3 +510,104 @@ def test_later_calls_of_a_gluon_key_replay_its_launches_with_their_descriptors_r
     assert replay is not None
     ((_, grid, template, subs),) = replay.launches
     assert grid == (4,) and template == [None, 7] and subs == [(0, ("call", 0))]
+
+
+# ---------------------------------------------------------------------- split-KV decode (sm_90)
+
+DECODE_SPECS = {
+    "gqa-decode": AttentionSpec(batch=4, heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4099),
+    "verify-sq4-causal": AttentionSpec(heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=4, seqlen_k=1000, causal=True),
+    "mha-decode-d64": AttentionSpec(heads=16, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=2048),
+    "window-alibi": AttentionSpec(heads=16, kv_heads=2, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=8192, window_left=1024,
+                                  alibi_slopes="auto"),
+    "mqa-d256": AttentionSpec(heads=8, kv_heads=1, head_dim=256, dtype="bf16", seqlen_q=1, seqlen_k=3001),
+}
+
+
+@pytest.mark.parametrize("key", sorted(DECODE_SPECS))
+def test_decode_compiles_for_sm90a_as_a_split_kv_pair(key, tmp_path):
+    """The partial kernel (Hopper form: a TMA K/V ring, one wgmma warpgroup) and the Triton combine
+    kernel compile for sm_90a without spills; the launcher picks NSPLIT per call and launches both."""
+    spec = DECODE_SPECS[key]
+    result = generate(spec, H200, tmp_path / "out", backend="gluon", run_verification=False)  # (its TL interpreted against the spec first)
+    assert result.ok, result.error
+    assert result.plan.kind == "decode" and result.plan.params["BM"] == 64 and result.plan.params["stages"] >= 3
+    partial, combine = result.compile_reports
+    for report in (partial, combine):
+        assert report.ptx_target == "sm_90a" and report.spill_bytes == 0 and report.shared_bytes <= H200.smem_per_block_optin
+    assert "wgmma" in partial.instructions and "tma" in partial.instructions
+    ptx = (tmp_path / "out" / "build" / "attn_decode_partial.h200.ptx").read_text()
+    for pattern in (r"wgmma\.mma_async", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg"):
+        assert re.search(pattern, ptx), pattern
+    source = (tmp_path / "out" / gluon.source_file).read_text()
+    for needle in ("NSPLIT = split_count(", "o_part = scratch(torch.empty((", "@triton.jit", "def attn_decode_combine(",
+                   "launch_kernel(attn_decode_partial, grid, (k_desc, v_desc, ", "slots=slots, index=1)",
+                   "# TL: Copy Q (BM, D) at [m, 0] from global to shared Qs", "fence_async_shared()"):
+        assert needle in source, needle
+    assert ("h_idx = " in source) == (spec.group_size > 1)  # packed GQA: each row's head
+
+
+@pytest.mark.parametrize("spec,shape", [
+    (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=300), Shape(B=2, Hq=4, Hkv=2, Sq=1, Sk=300, D=64, Dv=64)),
+    (AttentionSpec(heads=2, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=333), Shape(B=1, Hq=2, Hkv=2, Sq=1, Sk=333, D=64, Dv=64)),
+    (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=3, seqlen_k=300, causal=True, window_left=100, softcap=30.0,
+                   alibi_slopes="auto"), Shape(B=1, Hq=4, Hkv=2, Sq=3, Sk=300, D=64, Dv=64)),
+], ids=["packed-decode", "mha-decode", "packed-verify-features"])
+def test_the_decode_tl_interprets_to_the_reference_over_several_splits(spec, shape):
+    """The Hopper-form partial kernel (roles, ring, barriers) and the combine kernel run in the TL
+    interpreter (both scheduler orders) and agree with the float64 reference; the interpreter's SM
+    count gives these shapes several splits, each over several tiles of the ring."""
+    from attnforge.splits import INTERPRETER_SM_COUNT, split_count
+
+    plan = _plan(spec)
+    assert [k.name for k in plan.program.kernels] == ["attn_decode_partial", "attn_decode_combine"]
+    rows = shape.Sq * (shape.Hq // shape.Hkv if spec.group_size > 1 else 1)
+    heads = shape.Hkv if spec.group_size > 1 else shape.Hq
+    assert split_count(shape.B * heads * -(-rows // 64), -(-shape.Sk // 64), INTERPRETER_SM_COUNT) > 1
+    (report,) = interpret_against_spec(plan.program, spec, [shape])
+    assert report.passed and report.loop_trips > 0
+
+
+@pytest.mark.parametrize("spec,sq,sk", [
+    (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=700), 1, 700),
+    (AttentionSpec(heads=2, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=333), 1, 333),
+    (AttentionSpec(heads=32, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=8, seqlen_k=500, causal=True), 8, 500),
+    (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=3, seqlen_k=900, causal=True, window_left=200, softcap=20.0,
+                   alibi_slopes="auto"), 3, 900),
+    (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="fp16", seqlen_q=16, seqlen_k=300, causal=True, causal_align="top_left",
+                   score_mod="score - 0.01 * abs(q_idx - kv_idx)", mask_mod="(q_idx + kv_idx) % 3 != 0"), 16, 300),
+], ids=["packed-decode", "mha-decode", "packed-sq8-two-row-blocks", "packed-window-alibi-softcap", "packed-sq16-modifiers"])
+def test_the_decode_scores_function_with_its_split_bounds_computes_the_specs_attention(spec, sq, sk):
+    """The partial kernel's own split bounds (lo, hi from s and NSPLIT) and packed rows (q_idx, h_idx
+    per row), run in numpy for split counts that leave splits empty or ragged, merged as the combine
+    kernel merges them: the reference's O and LSE."""
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    for nsplit in (1, 3, 16):
+        assert _matches_reference(*_run_scores(source, spec, sq=sq, sk=sk, nsplit=nsplit)), nsplit
+
+
+def test_the_numpy_run_kills_the_split_that_ends_a_tile_early():
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
+
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_decode_split_ends_a_tile_early"]
+    spec, _ = SPECS[mutant.spec]
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    assert _matches_reference(*_run_scores(source, spec, sq=1, sk=1000, nsplit=4))
+    assert not _matches_reference(*_run_scores(mutant.apply(source), spec, sq=1, sk=1000, nsplit=4))
+
+
+def test_a_split_kv_kernel_is_refused_where_its_translation_does_not_reach():
+    """sm_100 (the partial kernel is written for wgmma) and ping-pong are refused at the statement;
+    a one-kernel program with a split axis, or a pair without one, too."""
+    spec = DECODE_SPECS["gqa-decode"]
+    source = _plan(spec).source
+    for edit, words in [(("target sm_90", "target sm_100"), "sm_90 with one compute warpgroup set"),
+                        (("param BM = 64, BN = 64, warps = 4, stages = 3", "param BM = 64, BN = 64, warps = 8, stages = 3, pingpong = 1"),
+                         "no pingpong")]:
+        program = parse(source.replace(*edit, 1), file="kernel.tl")
+        with pytest.raises(AttnforgeError, match=words) as info:
+            gluon.translate(program, head_dim=128, head_dim_v=128, file="kernel.tl")
+        assert info.value.where.line >= 1
+    alone = parse(source[: source.index("kernel attn_decode_combine")], file="kernel.tl")
+    with pytest.raises(AttnforgeError, match="split axis"):
+        gluon.translate(alone, head_dim=128, head_dim_v=128, file="kernel.tl")

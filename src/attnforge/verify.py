@@ -182,7 +182,8 @@ def _row_name(index: tuple[int, ...]) -> str:
 
 @dataclass
 class _Launched:
-    """One case after its launch: what the judge needs (tensors on the kernel's device)."""
+    """One case after its launch: what the judge needs (tensors on the kernel's device; None where
+    the case crashed before they were drawn)."""
 
     shape: CaseShape
     q: torch.Tensor

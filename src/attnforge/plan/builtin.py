@@ -226,7 +226,8 @@ def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True, packed: bo
     return body
 
 
-def _views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
+def global_views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
+    """The program's views of Q, K, V and its outputs (packed: a K/V head's query heads as rows)."""
     if packed:  # the rows of K/V head hk's query heads, packed (see PACK_MAX_SQ)
         views = [
             f"Allocate Q in global ({_PACKED_ROWS}, D) at q[b, {_GROUP_HEAD}] pack {_G}",
@@ -243,7 +244,11 @@ def _views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
             f"Allocate O in global (Sq, Dv) at {out_o}",
             f"Allocate LSE in global (Sq) at {out_lse}",
         ]
-    return views + [
+    return views
+
+
+def _views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
+    return global_views(out_o, out_lse, packed) + [
         "Allocate Qs in shared (BM, D) : qkv",
         "Allocate Ks in shared (BN, D) : qkv",
         "Allocate Vs in shared (BN, Dv) : qkv",
@@ -325,9 +330,7 @@ def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
     lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch),
-              "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, ""]
-    lines += _combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")
+    lines += ["", *combine_kernel(spec, target, params, launch, scratch, packed=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -350,12 +353,21 @@ def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     lines += _query_block(spec, f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]", packed=True)
     lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
     lines += _EPILOGUE
-    lines += ["", *_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch),
-              f"grid b : B, hk : Hkv, {grid}", *scratch, ""]
-    pack = f" pack {_G}"
-    lines += _combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
-                      f"o_part[b, s, {_GROUP_HEAD}]{pack}", f"lse_part[b, s, {_GROUP_HEAD}]{pack}")
+    lines += ["", *combine_kernel(spec, target, params, launch, scratch, packed=True)]
     return "\n".join(lines) + "\n"
+
+
+def combine_kernel(spec: AttentionSpec, target: Target, params: dict[str, int], launch: str, scratch: list[str], packed: bool) -> list[str]:
+    """Split-KV's second kernel, whole: its header, grid and scratch as the partial kernel's
+    (``launch``, ``scratch``), then the merge of the NSPLIT partial results (plain or packed rows)."""
+    header = [*_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch)]
+    if not packed:
+        return [*header, "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, "",
+                *_combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")]
+    pack = f" pack {_G}"
+    return [*header, f"grid b : B, hk : Hkv, m : cdiv({_PACKED_ROWS}, BM)", *scratch, "",
+            *_combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
+                      f"o_part[b, s, {_GROUP_HEAD}]{pack}", f"lse_part[b, s, {_GROUP_HEAD}]{pack}")]
 
 
 def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: str, lse_part_at: str) -> list[str]:

@@ -10,16 +10,19 @@ that own half of the BM rows each and take turns issuing their GEMMs, so one war
 runs while the other's GEMMs hold the tensor cores; ``overlap = 1`` issues the next tile's QK^T GEMM
 before the softmax of the current one (FlashAttention-3's intra-warpgroup overlap). On sm_100 both
 stay off: the gluon backend maps the same statements to tcgen05 MMAs into tensor memory.
+
+Decode (and packed small-Sq GQA) is ``builtin``'s split-KV pair with the partial kernel in this form:
+each split's K/V tiles stream through the ring into one compute warpgroup (docs/TL.md section 11.7).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import SpecError
 from ..spec import AttentionSpec
 from ..targets import Target
-from .builtin import Candidate, Plan, _full_tiles, _header, _keep, _score_mods, _visible_tiles, checked_plans, packs_gqa
+from .builtin import (_EPILOGUE, _GROUP_HEAD, _PACKED_PROGRAMS, _PACKED_ROWS, _PROGRAMS, Candidate, Plan, _full_tiles, _header, _keep,
+                      _score_mods, _split_launch, _split_reason, _visible_tiles, checked_plans, combine_kernel, global_views, packs_gqa)
 
 # Measured on the H200 (bench/RESULTS.md, 2026-12-01): the best schedule per head dim on the
 # 4k-token rows, with the ring as deep as shared memory allows at that tile.
@@ -76,16 +79,16 @@ def _ring(j: str, first: str) -> tuple[str, str, str]:
     return f"{t} % stages", f"({t} // stages) % 2", f"({t} // stages + 1) % 2"
 
 
-def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool) -> list[str]:
+def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, packed: bool = False) -> list[str]:
     slot, full, _ = _ring("j", first)
     body = [f"    for j = {bounds}",
             f"        Wait k_ready[{slot}] phase {full}",
             f"        Compute GEMM Qs, Ks[{slot}]^T and get S async",
             "        Wait GEMM S",
             "        Compute Multiply S, scale"]
-    body += [f"        Compute ScoreMod S with {m}" for m in _score_mods(spec)]
+    body += [f"        Compute ScoreMod S with {m}" for m in _score_mods(spec, packed)]
     if masked:
-        body.append(f"        Compute Mask S keep {_keep(spec)}")
+        body.append(f"        Compute Mask S keep {_keep(spec, packed)}")
     body += ["        Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
              "        Compute Cast P to qkv",
              "        Reshape P from mma_c to mma_a",
@@ -106,50 +109,110 @@ def hopper_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
              "# wait for a slot, run both GEMMs from shared memory asynchronously and give the slot back.",
              # a schedule switch that is off is left out (parameters are positive)
              *_header("attn_fwd", spec, target, {k: v for k, v in params.items() if v}), "grid m : cdiv(Sq, BM), b : B, h : Hq", "",
-             "Allocate Q in global (Sq, D) at q[b, h]",
-             "Allocate K in global (Sk, D) at k[b, h // (Hq // Hkv)]",
-             "Allocate V in global (Sk, Dv) at v[b, h // (Hq // Hkv)]",
-             "Allocate O in global (Sq, Dv) at o[b, h]",
-             "Allocate LSE in global (Sq) at lse[b, h]",
-             "Allocate Qs in shared (BM, D) : qkv",
-             "Allocate Ks in shared (BN, D) : qkv ring stages",
-             "Allocate Vs in shared (BN, Dv) : qkv ring stages",
-             "Allocate q_ready in barrier",
-             "Allocate k_ready in barrier (stages)",
-             "Allocate v_ready in barrier (stages)",
-             "Allocate kv_free in barrier (stages)",
-             "role compute warps 0 : warps",
-             "    Allocate m_i in register (BM) : acc = -inf",
-             "    Allocate l_i in register (BM) : acc = 0",
-             "    Allocate O_acc in register (BM, Dv) : acc = 0",
+             *global_views("o[b, h]", "lse[b, h]"),
+             "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS,
+             "Allocate q_ready in barrier", *_KV_BARRIERS,
+             "role compute warps 0 : warps", *_ROW_STATE,
              "    Wait q_ready phase 0"]
     if full is not None and first == "0":
         lines += _compute_loop(spec, f"0 : {full}", first, masked=False)
         lines += _compute_loop(spec, f"{full} : {last}", first, masked=True)
     else:
         lines += _compute_loop(spec, f"{first} : {last}", first, masked=True)
+    lines += [f"    {line}" for line in _EPILOGUE] + ["end"] + _load_role(first, last, q_async=True)
+    return "\n".join(lines) + "\n"
+
+
+_KV_RINGS = ["Allocate Ks in shared (BN, D) : qkv ring stages", "Allocate Vs in shared (BN, Dv) : qkv ring stages"]
+_KV_BARRIERS = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)", "Allocate kv_free in barrier (stages)"]
+_ROW_STATE = ["    Allocate m_i in register (BM) : acc = -inf",
+              "    Allocate l_i in register (BM) : acc = 0",
+              "    Allocate O_acc in register (BM, Dv) : acc = 0"]
+
+
+def _load_role(first: str, last: str, q_async: bool) -> list[str]:
+    """The load warp: Q once by TMA (``q_async``; else the compute role gathers it), then K and V
+    of tiles ``first`` .. ``last`` - 1 into the ring, each slot refilled once it is given back."""
     slot, _, free = _ring("j", first)
-    lines += ["    Compute Normalize O_acc by l_i and get O_r",
-              "    Compute LogSumExp m_i, l_i and get lse_r",
-              "    Copy O_r (BM, Dv) at [m, 0] from register to global O",
-              "    Copy lse_r (BM) at [m] from register to global LSE",
-              "end",
-              "role load warps warps : warps + 1 regs 24",
-              "    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready",
-              f"    for j = {first} : {last}",
-              f"        Wait kv_free[{slot}] phase {free}",
-              f"        Copy K (BN, D) at [j, 0] from global to shared Ks[{slot}] async k_ready[{slot}]",
-              f"        Copy V (BN, Dv) at [j, 0] from global to shared Vs[{slot}] async v_ready[{slot}]",
-              "    end",
-              "end"]
+    return ["role load warps warps : warps + 1 regs 24",
+            *(["    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready"] if q_async else []),
+            f"    for j = {first} : {last}",
+            f"        Wait kv_free[{slot}] phase {free}",
+            f"        Copy K (BN, D) at [j, 0] from global to shared Ks[{slot}] async k_ready[{slot}]",
+            f"        Copy V (BN, Dv) at [j, 0] from global to shared Vs[{slot}] async v_ready[{slot}]",
+            "    end",
+            "end"]
+
+
+# ---------------------------------------------------------------------- decode (split-KV)
+
+# Decode is memory-bound: what counts is K/V bytes in flight. The ring takes about this much shared
+# memory, so that two programs fit an SM (the split rule launches about two per SM).
+_DECODE_RING_BYTES = 96 * 1024
+_DECODE_MAX_STAGES = 8
+
+
+def hopper_decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+    """Split-KV decode in the Hopper form: one compute warpgroup (wgmma M = 64 over the rows, packed
+    GQA's query heads x positions where the group has several), the deepest K/V ring that leaves
+    room for two programs per SM; fallbacks take ring slots away, then narrow BN."""
+    bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+    per_stage = bn * (spec.head_dim + spec.head_dim_v) * 2  # fp16 / bf16 K and V tiles
+    stages = max(2, min(_DECODE_MAX_STAGES, _DECODE_RING_BYTES // per_stage))
+    packed = packs_gqa(spec)
+    rows = spec.group_size * spec.seqlen_q if packed else spec.seqlen_q
+    programs = spec.batch * (spec.kv_heads if packed else spec.heads) * -(-rows // 64)
+    what = f"packed GQA ({spec.group_size} query heads x Sq={spec.seqlen_q} as the rows)" if packed else "decode"
+    why = (f"Hopper-form {what}: a load warp keeps a {stages}-slot K/V ring in flight for one compute warpgroup (wgmma M = 64); "
+           + _split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn))
+    out = [Candidate(dict(BM=64, BN=bn, warps=4, stages=stages), why)]
+    p = dict(out[0].params)
+    while p["stages"] > 2 or p["BN"] > 32:
+        p = {**p, "stages": p["stages"] - 1} if p["stages"] > 2 else {**p, "BN": p["BN"] // 2, "stages": stages}
+        out.append(Candidate(dict(p), "a smaller K/V ring to fit shared memory"))
+    return out
+
+
+def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
+    """Split-KV decode in the Hopper form: the partial kernel (program s of a row block takes the
+    s-th share of the visible K/V tiles through the ring and stores its normalised O and LSE in
+    scratch) and the combine kernel (the portable form: it only reads scratch), as ``builtin``'s."""
+    packed = packs_gqa(spec)
+    first, last = _visible_tiles(spec, packed)
+    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
+    lo, hi = f"{first} + s * {share}", f"min({last}, {first} + (s + 1) * {share})"
+    launch = _split_launch(_PACKED_PROGRAMS if packed else _PROGRAMS)
+    if packed:
+        grid = f"grid m : cdiv({_PACKED_ROWS}, BM), b : B, hk : Hkv, s : NSPLIT"
+        scratch = ["scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"]
+        parts = f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]"
+    else:
+        grid = "grid m : cdiv(Sq, BM), b : B, h : Hq, s : NSPLIT"
+        scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
+        parts = "o_part[b, h, s]", "lse_part[b, h, s]"
+    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner (Hopper form).",
+             "# Split-KV: NSPLIT programs per row block (chosen at launch) each stream a share of the visible K/V tiles",
+             "# through a TMA ring into one compute warpgroup and store a partial output and log-sum-exp; the second",
+             "# kernel merges the shares with the online softmax."
+             + (" Packed GQA: the rows are a K/V head's query heads x positions." if packed else ""),
+             *_header("attn_decode_partial", spec, target, params, launch=launch), grid, *scratch, "",
+             *global_views(*parts, packed=packed),
+             "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS, *_KV_BARRIERS,
+             "role compute warps 0 : warps", *_ROW_STATE,
+             "    Copy Q (BM, D) at [m, 0] from global to shared Qs",  # a few rows (packed: gathered head by head): no TMA box
+             *_compute_loop(spec, f"{lo} : {hi}", lo, masked=True, packed=packed),
+             *(f"    {line}" for line in _EPILOGUE), "end",
+             *_load_role(lo, hi, q_async=False),
+             "", *combine_kernel(spec, target, params, launch, scratch, packed)]
     return "\n".join(lines) + "\n"
 
 
 def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None = None) -> Iterator[Plan]:
     """Every Hopper-form candidate the checker accepts for ``target``, best first (as ``builtin.plans``)."""
-    if spec.is_decode or packs_gqa(spec):
-        raise SpecError("seqlen_q", spec.seqlen_q, "a prefill (the Hopper form has no split-KV decode yet)",
-                        hint="decode goes to --backend triton")
+    if spec.is_decode or packs_gqa(spec):  # (builtin's rule: packed small-Sq prefill is the split-KV pair too)
+        yield from checked_plans(spec, target, "decode", hopper_decode_candidates(spec, target),
+                                 lambda params: hopper_decode_source(spec, target, params))
+        return
     cands = hopper_candidates(spec, target)
     if prefer is not None and set(prefer.params) <= HOPPER_PARAMS and {"BM", "BN", "warps", "stages"} <= set(prefer.params):
         # (the tuning database's choice for the gluon backend: a switch that is off is absent)

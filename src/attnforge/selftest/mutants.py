@@ -27,6 +27,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
     # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
     "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
+    # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
+    # Sk = 1000: 16 K/V tiles of 64, so the H200's split rule takes several splits at the verifier's batch sizes
+    "hopper_decode": (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -36,7 +39,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_alibi": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,16 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"\2m_i + gl.log2(l_i) * 0.6931471805599453",
            "the pre-fix natural-units softmax (bec40cc, caught by the GPU grid): its running max, kept as max(S) * log2(e), used as a "
            "natural-units shift; exact in O and the LSE until a row's scores are far below zero, then exp2 overflows"),
+    # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
+    Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
+           "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),
+    # its packed rows: row r is head hk * G + r % G at position r // G
+    Mutant("gluon_decode_packed_row_head_lost", "hopper_decode", "kernel",
+           r"q_ptrs = q_base \+ gl\.expand_dims\(\(q_rows % \(\(Hq // Hkv\)\)\) \* sq_h \+ ", "q_ptrs = q_base + gl.expand_dims(",
+           "the packed rows' query heads are lost in the copy of Q: every row of a position reads the group's first head"),
+    # the combine kernel (Triton, in the same module): the merge's rescale
+    Mutant("gluon_decode_combine_rescale_dropped", "hopper_decode", "kernel", r"^\s*O_acc = O_acc \* m_i_alpha\[:, None\]\n", "",
+           "the combine kernel adds a split's weighted output without rescaling the sum so far when the running max grows"),
     # sm_100 (tcgen05 into tensor memory): run by gpucheck on a Blackwell GPU only
     Mutant("tcgen05_s_wait_dropped", "blackwell", "kernel",
            r"(tcgen05_mma\(q_t, k_t, s_tmem, [^\n]*\n\s*# TL: Wait GEMM S\n)\s*mbarrier\.wait\(mma_bar, mma_phase\)\n\s*mma_phase \^= 1\n", r"\1",

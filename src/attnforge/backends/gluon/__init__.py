@@ -2,7 +2,9 @@
 streams K/V by TMA into an mbarrier-guarded shared-memory ring from a load warp, while compute
 warpgroups issue asynchronous wgmma GEMMs (in ping-pong, with the softmax under the next GEMM when
 the TL's schedule parameters say so); on sm_100 the same statements become tcgen05 MMAs into
-tensor memory (``tcgen05``). Compiled for sm_90a / sm_100a without a GPU; run natively.
+tensor memory (``tcgen05``). Compiled for sm_90a / sm_100a without a GPU; run natively. Decode is the
+split-KV pair (docs/TL.md section 11.7): the partial kernel in the Hopper form, one wgmma warpgroup over
+the (packed GQA) rows, and a Triton combine kernel in the same module; sm_90 only.
 
 Modules: ``shape`` (the Hopper-form kernel taken apart), ``emit`` (the module source: kernel frame,
 load role, launch), ``compute`` (the compute role: scores, the scheduled tile loop, the epilogue),
@@ -42,7 +44,8 @@ class GluonBackend(Backend):
             features=("MHA/GQA/MQA", "causal (both alignments)", "sliding window", "ALiBi", "softcap", "score_mod", "mask_mod",
                       "head dims 16..256 in powers of two (verified on the H200: 64, 128, 256)", "BHSD and BSHD strides (TMA-readable)", "log-sum-exp"),
             notes=("no CPU interpreter: kernels are verified natively on a GPU of their family (sm_90, sm_100); elsewhere generate with --no-verify",
-                   "decode (split-KV, packed GQA) is not translated yet: --backend triton",
+                   "decode: split-KV (the split count chosen per call), packed GQA for Sq <= 16; the partial kernel streams K/V through "
+                   "a TMA ring into one wgmma warpgroup (sm_90 only), a Triton kernel in the same module merges the splits",
                    "sm_100: the same TL statements become tcgen05 MMAs into tensor memory, P in tensor memory over S; pingpong and "
                    "overlap are not mapped to it; compiled for sm_100a on the CPU, not yet run or timed on a Blackwell GPU"),
         )
@@ -55,8 +58,9 @@ class GluonBackend(Backend):
             return f"dtype {spec.dtype} (wgmma kernels here take {', '.join(DTYPES)})"
         from ...plan.builtin import packs_gqa
 
-        if spec.is_decode or packs_gqa(spec):
-            return "decode (split-KV, packed GQA when Sq <= 16) programs are not translated to Gluon yet; use --backend triton"
+        if target.cc[0] == 10 and (spec.is_decode or packs_gqa(spec)):
+            return ("decode (split-KV, packed GQA when Sq <= 16) on sm_100: its partial kernel is written for wgmma (sm_90) only, "
+                    "not mapped to tcgen05 yet; use --backend triton")
         for d in (spec.head_dim, spec.head_dim_v):
             if d < 16 or d > 256 or d & (d - 1):
                 return f"head dim {d}: the gluon backend takes powers of two from 16 to 256 (Gluon tensors need power-of-two shapes)"
@@ -72,12 +76,22 @@ class GluonBackend(Backend):
 
     def translate(self, program: n.Program, *, head_dim: int, head_dim_v: int, file: str | None = None) -> Translation:
         module = translate(program, head_dim=head_dim, head_dim_v=head_dim_v, file=file)
-        return Translation(module.source, (module.kernel,), module)
+        return Translation(module.source, module.kernels, module)
 
     def compile(self, translation: Translation, source_path: Path, target: Target, build_dir: Path) -> list[CompileReport]:
         from .compile import compile_for_target
 
-        return [compile_for_target(_import(source_path), target, build_dir)]
+        module = _import(source_path)
+        reports = [compile_for_target(module, target, build_dir)]
+        combine = translation.detail.combine
+        if combine is not None:  # a split-KV pair's combine kernel: plain Triton, compiled as the Triton backend compiles its kernels
+            from ..triton.compile import compile_for_target as compile_triton
+
+            sig, const = combine.signature()
+            report, _ = compile_triton(getattr(module, combine.name), sig, const, target, combine.num_warps, combine.num_stages, keep_dir=build_dir,
+                                       divisible=combine.divisible_strides((module.HEAD_DIM, module.HEAD_DIM_V)))
+            reports.append(report)
+        return reports
 
     def load(self, source_path: Path, *, interpret: bool | None = None) -> Kernel:
         from .kernel import GluonKernel

@@ -41,8 +41,10 @@ def _signature(module: ModuleType, target_dtype: Any, scale_positive: bool) -> t
             from .runtime import tma_descriptor
 
             sig[name] = mangle_type(tma_descriptor(probe, t, block))
-        elif name in ("o", "lse", "alibi_slopes"):
-            sig[name] = {"o": {"torch.float16": "*fp16", "torch.bfloat16": "*bf16"}[str(target_dtype)], "lse": "*fp32", "alibi_slopes": "*fp32"}[name]
+        elif name in ("q", "o"):  # (q: where the compute role copies Q by pointer loads)
+            sig[name] = {"torch.float16": "*fp16", "torch.bfloat16": "*bf16"}[str(target_dtype)]
+        elif name in ("lse", "alibi_slopes", *getattr(module, "SCRATCH", ())):
+            sig[name] = "*fp32"
         elif name in module.FLOAT_ARGS:
             sig[name] = "fp32"
         else:

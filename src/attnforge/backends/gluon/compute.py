@@ -10,7 +10,7 @@ from ...tl.printer import expr as show_expr
 from ...tl.printer import stmt as stmt_lines
 from .shape import TileLoop, _fail
 from ...analysis import LN2, LOG2E
-from .writer import Writer, shared_args
+from .writer import Q_STRIDES, Writer, shared_args
 
 
 def _folded(m: Writer, loop: TileLoop) -> bool:
@@ -46,9 +46,16 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
     rt = ", ".join(m.runtime_args())
     m.emit("@gluon.jit")
     m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
-    m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
-    m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
     extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", loop.loop.var: "j"}
+    q_view = m.hk.q_view
+    if q_view.pack is not None:  # packed rows: row r is position r // G of query head (first head) + r % G
+        group = m.dev(q_view.pack)
+        m.emit(f"q_idx = gl.expand_dims(rows // ({group}), 1)", 1)
+        m.emit(f"h_idx = gl.expand_dims({m.dev(q_view.offset[-1])} + rows % ({group}), 1)", 1)
+        extra["h_idx"] = "h_idx"
+    else:
+        m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
+    m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
     for s in loop.scores:
         m.tl(s, 1)
         if isinstance(s, n.ScoreMod):
@@ -141,14 +148,33 @@ def tile_bounds(m: Writer) -> None:
     """The wait for Q, and the tile loops' range: ``lo`` to ``hi``, masked from ``split`` on (the
     TL's two loops, unmasked then masked, become one)."""
     hk = m.hk
-    m.tl(hk.q_wait, 1)
-    m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
+    if hk.q_load is not None:
+        _gather_q(m, hk.q_load)
+    else:
+        m.tl(hk.q_wait, 1)
+        m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
     for loop in hk.loops:
         m.tl(loop.loop, 1)
     m.emit(f"lo = {m.dev(hk.loops[0].loop.start)}", 1)
     m.emit(f"hi = {m.dev(hk.loops[-1].loop.stop)}", 1)
     split = hk.loops[0].loop.stop if len(hk.loops) == 2 else None
     m.emit(f"split = {m.dev(split) if split is not None else 'lo'}  # tiles from here on are masked", 1)
+
+
+def _gather_q(m: Writer, copy: n.Copy) -> None:
+    """The compute role's own copy of Q into shared memory (a split-KV kernel's few rows; packed,
+    each row from its own head): pointer loads, then a fence so that wgmma, reading shared memory
+    through the async proxy, sees the stores."""
+    view = m.hk.q_view
+    cols = min(32, m.head_dim // 8)  # 8 elements (16 bytes) a thread, a row's columns across a warp's threads
+    m.tl(copy, 1)
+    m.emit(f"q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [{32 // cols}, {cols}], [WG_WARPS, 1], [1, 0])", 1)
+    m.emit("q_rows = m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))", 1)
+    m.emit("q_cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))", 1)
+    m.emit(f"q_base = q + {view_base(m, view, Q_STRIDES)}", 1)
+    m.emit(f"q_ptrs = q_base + gl.expand_dims({_row_offsets(m, view, 'q_rows', Q_STRIDES)}, 1) + gl.expand_dims(q_cols * sq_d, 0)", 1)
+    m.emit(f"{copy.dst}.store(gl.load(q_ptrs, mask=gl.expand_dims(q_rows < {m.dev(view.shape[0])}, 1), other=0.0))", 1)
+    m.emit("fence_async_shared()", 1)
 
 
 def compute_fn(m: Writer) -> None:
@@ -228,26 +254,45 @@ def _epilogue(m: Writer) -> None:
         m.tl(s, 1)
         if isinstance(s, n.Normalize):
             m.emit("l_o = gl.convert_layout(l_i, row_o)", 1)
-            m.emit("out = (acc * gl.expand_dims(gl.where(l_o == 0.0, 0.0, 1.0 / l_o), 1)).to(DTYPE)  # a row that saw no key: 0", 1)
+            m.emit(f"out = (acc * gl.expand_dims(gl.where(l_o == 0.0, 0.0, 1.0 / l_o), 1)){_stored_as(m)}  # a row that saw no key: 0", 1)
         elif isinstance(s, n.LogSumExp):
             m.emit(f"lse_r = gl.where(l_i == 0.0, -float('inf'), {lse_of})", 1)
-        elif isinstance(s, n.Copy) and m.hk.views[s.dst].tensor == "o":
+        elif s is m.hk.epilogue[2]:  # the store of O (shape.read checked the order)
+            view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[0]
             m.emit("o_rows = m * BM + WG * HM + gl.arange(0, HM, layout=row_o)", 1)
             m.emit("o_cols = gl.arange(0, Dv, layout=gl.SliceLayout(0, o_layout))", 1)
             # 64-bit (b, h) offset on the scalar base; within one (b, h) slice offsets fit in 32 bits (runtime.check_arguments)
-            m.emit(f"o_base = o + {_view_base(m, s.dst, 'so')}", 1)
-            m.emit("o_ptrs = o_base + gl.expand_dims(o_rows * so_s, 1) + gl.expand_dims(o_cols, 0)  # o's last stride is 1 (launch)", 1)
-            m.emit("gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)", 1)
-        elif isinstance(s, n.Copy) and m.hk.views[s.dst].tensor == "lse":
-            m.emit(f"gl.store(lse + {_view_base(m, s.dst, 'sl')} + rows * sl_s, lse_r, mask=rows < Sq)", 1)
+            m.emit(f"o_base = {tensor} + {view_base(m, view, strides)}", 1)
+            m.emit(f"o_ptrs = o_base + gl.expand_dims({_row_offsets(m, view, 'o_rows', strides)}, 1) + gl.expand_dims(o_cols, 0)"
+                   f"  # {tensor}'s last stride is 1 (launch)", 1)
+            m.emit(f"gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < {m.dev(view.shape[0])})", 1)
+        elif s is m.hk.epilogue[3]:
+            view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[1]
+            m.emit(f"gl.store({tensor} + {view_base(m, view, strides)} + {_row_offsets(m, view, 'rows', strides)}, lse_r, "
+                   f"mask=rows < {m.dev(view.shape[0])})", 1)
         else:
             _fail(s, f"{type(s).__name__} after the tile loops: the gluon backend takes Normalize, LogSumExp and the stores of O and LSE", m.file)
 
 
-def _view_base(m: Writer, view: str, strides: str) -> str:
-    """The offset of a (b, h) view of an output: its TL offsets times the tensor's strides."""
-    alloc = m.hk.views[view]
-    if len(alloc.offset) != 2:
-        _fail(alloc, f"{view} views {alloc.tensor} with {len(alloc.offset)} leading indices; the gluon backend takes [batch, head]", m.file)
-    # 64-bit: a (b, h) offset past 2**31 elements must not wrap (scalars: no cost per element)
-    return " + ".join(f"({m.dev(e)}).to(gl.int64) * {strides}_{axis}" for e, axis in zip(alloc.offset, ("b", "h")))
+def _stored_as(m: Writer) -> str:
+    """O goes out in the output format; a split-KV kernel's partial O stays fp32 (its scratch is acc)."""
+    return ".to(DTYPE)" if m.outputs()[0][0] == "o" else ""
+
+
+def view_base(m: Writer, alloc: n.Allocate, strides: tuple[str, ...]) -> str:
+    """The offset of a view of a tensor: its TL offsets (batch, head, and a split's index) times the
+    tensor's leading strides, in 64 bits (a (b, h) offset past 2**31 elements must not wrap;
+    scalars: no cost per element)."""
+    if len(alloc.offset) >= len(strides):
+        _fail(alloc, f"{alloc.name} views {alloc.tensor} with {len(alloc.offset)} leading indices; the gluon backend takes fewer than its rank", m.file)
+    return " + ".join(f"({m.dev(e)}).to(gl.int64) * {stride}" for e, stride in zip(alloc.offset, strides))
+
+
+def _row_offsets(m: Writer, alloc: n.Allocate, rows: str, strides: tuple[str, ...]) -> str:
+    """The offsets of a view's rows ``rows`` past its base: row r at r * (the row stride); packed by
+    G, row r is position r // G of the (r % G)-th head past the view's (its last offset steps heads)."""
+    row_stride = strides[len(alloc.offset)]
+    if alloc.pack is None:
+        return f"{rows} * {row_stride}"
+    group, head_stride = m.dev(alloc.pack), strides[len(alloc.offset) - 1]
+    return f"({rows} % ({group})) * {head_stride} + ({rows} // ({group})) * {row_stride}"

@@ -8,21 +8,28 @@ parameters (``shape`` takes it apart): with ``pingpong`` its warps split into tw
 owning half of the BM rows, that take turns issuing GEMMs through a pair of "turn" barriers the
 translator adds; with ``overlap`` the next tile's QK^T GEMM is issued (at the TL's own wait, slot and
 phase for tile j + 1) before the softmax of tile j, and the PV GEMM of tile j runs under that softmax.
+
+A split-KV program (decode) is two kernels: the partial kernel in the Hopper form, translated as
+above, and the combine kernel in the portable form, translated by the Triton backend's emitter into a
+plain @triton.jit kernel of the module; ``launch()`` computes the split count per call, allocates the
+scratch and launches both, as the Triton backend's launchers do (docs/TL.md section 11.7).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...abi import ARG_SHAPES, INT_SCALARS, arg_format
+from ...abi import ARG_SHAPES, INT_SCALARS, SIZE_ARGS, arg_format
 from ...dtypes import torch_dtype
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
-from ..triton.exprs import ExprContext, device
+from ..triton.exprs import ExprContext, device, host
+from ..triton.launcher import KernelInfo
+from ..triton.launcher import check_host_name
 from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn
 from .shape import _fail
-from .writer import GL_DTYPE, Writer, compute_regs, const, load_regs, shared_args
+from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, shared_args
 
 # ---------------------------------------------------------------------- the load role
 
@@ -73,10 +80,7 @@ def _grid(m: Writer) -> tuple[list[str], str]:
     the short ones to fill the grid's tail."""
     axes = m.hk.kernel.grid
     ctx = m.ctx()
-    from ..triton.exprs import host
-
-    host_names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv")} | {k: str(v) for k, v in m.hk.params.items()}
-    hctx = ExprContext(host_names, file=m.file)
+    hctx = host_ctx(m)
     if len(axes) == 1:
         return [f"{axes[0].name} = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest causal row tiles first"], host(axes[0].extent, hctx)
     first = device(axes[0].extent, ctx)
@@ -91,16 +95,27 @@ def _grid(m: Writer) -> tuple[list[str], str]:
     return kernel, " * ".join(f"({host(ax.extent, hctx)})" for ax in axes)
 
 
+def host_ctx(m: Writer) -> ExprContext:
+    """TL expressions as ``launch()`` computes them: the sizes it reads off the tensors, the
+    parameters, and the launch-time values it has computed (a split count)."""
+    names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", *m.hk.kernel.launch_names())}
+    return ExprContext(names | {k: str(v) for k, v in m.hk.params.items()}, file=m.file)
+
+
 def _kernel_fn(m: Writer) -> None:
     hk = m.hk
     rt = m.runtime_args()
     m.emit("@gluon.jit")
-    m.emit(f"def {hk.kernel.name}(q_desc, k_desc, v_desc, {', '.join(a for a in rt if a not in ('m', 'b', 'h'))}, SCALE_POSITIVE: gl.constexpr):")
+    descs = ", ".join(m.descriptors)
+    m.emit(f"def {hk.kernel.name}({descs}, {', '.join(a for a in rt if a not in m.grid_names)}, SCALE_POSITIVE: gl.constexpr):")
     grid_lines, _ = _grid(m)
     for line in grid_lines:
         m.emit(line, 1)
     for name, s in hk.shared.items():
         m.tl(s, 1)
+        if hk.q_load is not None and name == hk.q_load.dst:  # filled by the compute role's stores, read by wgmma
+            m.emit(f"{name} = gl.allocate_shared_memory(DTYPE, [BM, D], gl.NVMMASharedLayout.get_default_for([BM, D], DTYPE))", 1)
+            continue
         desc = f"{_filled_from(m, name)}_desc"
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
@@ -137,7 +152,7 @@ def _kernel_fn(m: Writer) -> None:
         parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
         regs.append(str(compute_regs(load_regs(hk))))
-    parts.append(f"(_load, (q_desc, k_desc, v_desc, {shared}, {args}))")
+    parts.append(f"(_load, ({descs}, {shared}, {args}))")
     warps.append(str(const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
     regs.append(str(load_regs(hk)))
     m.emit("gl.warp_specialize([", 1)
@@ -161,7 +176,10 @@ def _arrivals(m: Writer, barrier: str) -> int:
     return 2 if compute and m.hk.pingpong else 1
 
 
-def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
+def _launch_fn(m: Writer, combine: Combine | None) -> None:
+    """``launch()``: the arguments checked, then the kernel; a split-KV pair's ``launch()`` first
+    computes the split count for the call's sizes and device and allocates the scratch, and after
+    the partial kernel launches the combine kernel (``slots`` index 1), as the Triton backend's does."""
     hk = m.hk
     _, programs = _grid(m)
     scalars = list(m.scalars)
@@ -177,23 +195,56 @@ def _launch_fn(m: Writer, tiles: dict[str, tuple[n.Expr, ...]]) -> None:
     m.emit("if not checked:", 1)
     names = ", ".join(f"{t}={t}" for t in ["q", "k", "v", "o", "lse", *tensors])
     m.emit(f"check_arguments(dict({names}), HEAD_DIM, HEAD_DIM_V, TENSOR_DTYPES)", 2)
-    for t in ("q", "k", "v"):
-        m.emit(f"{t}_desc = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
-    rt = [a for a in m.runtime_args() if a not in ("m", "b", "h")]
-    values = {"so_b": "o.stride(0)", "so_h": "o.stride(1)", "so_s": "o.stride(2)",
-              "sl_b": "lse.stride(0)", "sl_h": "lse.stride(1)", "sl_s": "lse.stride(2)", "sa": "alibi_slopes.stride(0)"}
+    if combine is not None:
+        _split_kv_setup(m)
+    for desc in m.descriptors:
+        t = desc[: -len("_desc")]
+        m.emit(f"{desc} = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
+    rt = [a for a in m.runtime_args() if a not in m.grid_names]
+    values = {"sa": "alibi_slopes.stride(0)", **{stride: f"q.stride({i})" for i, stride in enumerate(Q_STRIDES)}}
+    for tensor, strides in m.outputs():
+        values.update({stride: f"{tensor}.stride({i})" for i, stride in enumerate(strides)})
     args = ", ".join(values.get(a, a) for a in rt)
-    m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
-    m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
-           "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
+    if combine is None:  # (a split-KV kernel's stores go to its own contiguous scratch)
+        m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
+        m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
+               "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
     m.emit(f"grid = ({programs},)", 1)
     m.emit("if grid[0] > 2**31 - 1:  # the grid's x limit", 1)
     m.emit("raise LaunchError(f\"{grid[0]} programs exceed the grid's limit of 2**31 - 1\", where=\"q\", "
            "hint=\"split the batch into calls of fewer sequences\")", 2)
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
-    m.emit(f"launch_kernel({hk.kernel.name}, grid, (q_desc, k_desc, v_desc, {args}), dict(SCALE_POSITIVE={positive}), "
+    m.emit(f"launch_kernel({hk.kernel.name}, grid, ({', '.join(m.descriptors)}, {args}), dict(SCALE_POSITIVE={positive}), "
            "num_warps=WG_WARPS, slots=slots)", 1)
+    if combine is not None:
+        _combine_launch(m, combine)
+
+
+def _split_kv_setup(m: Writer) -> None:
+    """The launch-time values (the split count, by ``attnforge.splits`` for this call's sizes and
+    device) and the scratch the pair shares, fresh for each call."""
+    hctx = host_ctx(m)
+    m.emit("Dv = v.shape[3]", 1)
+    for v in m.hk.kernel.launch:
+        check_host_name(v, m.hk.kernel, {"grid", *(sc.name for sc in m.hk.kernel.scratch)}, m.file)
+        m.emit(f"# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)", 1)
+        m.emit(f"{v.name} = split_count({host(v.programs, hctx)}, {host(v.tiles, hctx)}, program_slots(q.device))", 1)
+    formats = m.hk.kernel.dtype_map()
+    for sc in m.hk.kernel.scratch:
+        shape = ", ".join(host(e, hctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
+        m.emit(f"{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype={torch_dtype(formats.get(sc.dtype, sc.dtype))}))", 1)
+
+
+def _combine_launch(m: Writer, combine: Combine) -> None:
+    """The combine kernel (Triton, from the Triton backend's emitter): its arguments in the order
+    ``triton.module`` declares them -- tensors, their strides, sizes, scalars, launch-time values."""
+    info = combine.info
+    grid = " * ".join(f"({host(ax.extent, host_ctx(m))})" for ax in combine.kernel.grid)
+    args = [*info.tensors, *(f"*{t}.stride()" for t in info.tensors), *SIZE_ARGS, *info.scalars, *info.launch]
+    constexprs = ", ".join(f"{c}={v}" for c, v in info.constexprs.items())
+    m.emit(f"launch_kernel({info.name}, ({grid},), ({', '.join(args)}), dict({constexprs}), num_warps={info.num_warps}, "
+           f"num_stages={info.num_stages}, slots=slots, index=1)", 1)
 
 
 # ---------------------------------------------------------------------- assembly
@@ -203,10 +254,45 @@ BLACKWELL_IMPORTS = ("from triton.experimental.gluon.language.nvidia.blackwell i
                      "fence_async_shared, get_tmem_reg_layout, mbarrier, tcgen05_mma, tma)")
 
 @dataclass(frozen=True)
+class Combine:
+    """A split-KV program's second kernel, which merges the splits: the portable form (it only
+    reads scratch and writes O and the LSE), translated by the Triton backend's emitter into a
+    plain @triton.jit kernel of the same module."""
+
+    kernel: n.Kernel
+    info: KernelInfo
+    lines: list[str]
+
+
+@dataclass(frozen=True)
 class GluonModule:
     source: str
     kernel: str
     params: dict[str, int]
+    combine: KernelInfo | None = None  # a split-KV pair's combine kernel (compiled by Triton's compile)
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return (self.kernel,) if self.combine is None else (self.kernel, self.combine.name)
+
+
+def _combine(program: n.Program, head_dim: int, head_dim_v: int, file: str | None) -> Combine | None:
+    """The second kernel of a split-KV program, translated by the Triton backend; None for a one-kernel program."""
+    from ...analysis import scratch_ranks
+    from ..base import refuse_hopper_form
+    from ..triton.module import translate_kernel
+
+    if len(program.kernels) == 1:
+        return None
+    if len(program.kernels) != 2 or not program.kernels[0].scratch:
+        _fail(program.kernels[1], "the gluon backend translates a one-kernel program or a split-KV pair (the partial kernel in the Hopper "
+              "form, then the combine kernel that reads its scratch)", file)
+    kernel = program.kernels[1]
+    refuse_hopper_form(n.Program((kernel,)), "the combine kernel of a split-KV pair (translated to Triton)", file)
+    lines, info, helpers = translate_kernel(kernel, scratch_ranks(program), head_dim, head_dim_v, file)
+    if helpers or info.descriptors:
+        _fail(kernel, "the combine kernel needs no helper functions and no TMA descriptors (it merges partial results by pointer loads)", file)
+    return Combine(kernel, info, lines)
 
 
 def _helper_source(name: str) -> str:
@@ -216,32 +302,37 @@ def _helper_source(name: str) -> str:
 
 
 def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str | None = None) -> GluonModule:
-    """The Gluon module for a one-kernel Hopper-form program (see ``shape`` for the form taken)."""
+    """The Gluon module for a one-kernel Hopper-form program (see ``shape`` for the form taken), or
+    for a split-KV pair: the partial kernel in the Hopper form, the combine kernel in the portable form."""
     from ...tl.printer import print_program
     from .shape import read
 
-    if len(program.kernels) != 1:
-        _fail(program.kernels[1] if len(program.kernels) > 1 else program, "the gluon backend translates one-kernel (prefill) programs; "
-              "decode's split-KV pair goes to --backend triton", file)
+    if not program.kernels:
+        _fail(program, "the program has no kernel", file)
     kernel = program.kernels[0]
     hk = read(kernel, file)
+    combine = _combine(program, head_dim, head_dim_v, file)
+    if hk.split_kv != (combine is not None):
+        _fail(kernel, "a kernel with a split axis s stores partial results that a second (combine) kernel merges; a one-kernel "
+              "program's kernel has no split axis", file)
     dtypes = kernel.dtype_map()
     qkv = dtypes.get("qkv")
     if qkv not in GL_DTYPE or dtypes.get("out") != qkv:
         _fail(kernel, f"dtype qkv = {qkv}, out = {dtypes.get('out')}: the gluon backend's wgmma kernels take fp16 or bf16 in and out", file)
     m = Writer(hk, head_dim, head_dim_v, file)
     tiles = _descriptor_tiles(m)
-    if set(tiles) != {"q", "k", "v"}:
-        _fail(hk.load, f"the load role copies {', '.join(sorted(tiles)) or 'nothing'} by TMA; it must copy q, k and v", file)
+    if [f"{t}_desc" for t in sorted(tiles)] != sorted(m.descriptors):
+        want = "k and v (the compute role copies Q)" if hk.q_load is not None else "q, k and v"
+        _fail(hk.load, f"the load role copies {', '.join(sorted(tiles)) or 'nothing'} by TMA; it must copy {want}", file)
     softmax_fn(m, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
     (tcgen05.compute_fn if hk.blackwell else compute_fn)(m)
     m.emit("@gluon.jit")
-    m.emit(f"def _load(q_desc, k_desc, v_desc, {', '.join(shared_args(hk))}, {', '.join(m.runtime_args())}):")
+    m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.runtime_args())}):")
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
     _load_block(m, hk.load.body, 1)
     m.emit()
     _kernel_fn(m)
-    _launch_fn(m, tiles)
+    _launch_fn(m, combine)
 
     nwg = 2 if hk.pingpong else 1
     warps = const(m, n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start))
@@ -258,11 +349,12 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "from triton.experimental import gluon",
         "from triton.experimental.gluon import language as gl",
         (BLACKWELL_IMPORTS if hk.blackwell else HOPPER_IMPORTS),
+        *(["import triton", "import triton.language as tl"] if combine is not None else []),  # the combine kernel's
         "",
         "from attnforge.backends.gluon.runtime import tma_descriptor",
         "from attnforge.errors import LaunchError",
-        "from attnforge.backends.triton.launching import launch_kernel",
-        "from attnforge.backends.triton.runtime import check_arguments",
+        "from attnforge.backends.triton.launching import launch_kernel" + (", program_slots, scratch" if combine is not None else ""),
+        "from attnforge.backends.triton.runtime import check_arguments" + (", split_count" if combine is not None else ""),
         "",
         f"KERNEL = {kernel.name!r}",
         f"ARCH = {arch!r}  # the GPU family the kernel is written for (compile checks the target against it)",
@@ -270,7 +362,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         f"HEAD_DIM_V = {head_dim_v}",
         "TENSOR_DTYPES = {" + ", ".join(f'"{t}": torch.{torch_dtype(arg_format(t, dtypes))}' for t in ARG_SHAPES
                                       if t != "alibi_slopes" or m.alibi) + "}",
-        "DESC_BLOCKS = {" + ", ".join(f"{t!r}: {[1, 1] + [const(m, e) for e in tiles[t]]}" for t in ("q", "k", "v")) + "}  # TMA blocks (B, H, rows, cols)",
+        "DESC_BLOCKS = {" + ", ".join(f"{t!r}: {[1, 1] + [const(m, e) for e in tiles[t]]}" for t in ("q", "k", "v") if t in tiles)
+        + "}  # TMA blocks (B, H, rows, cols)",
+        *([f"SCRATCH = {tuple(sc.name for sc in kernel.scratch)!r}  # fp32 buffers launch() allocates per call"] if combine is not None else []),
         f"FLOAT_ARGS = {tuple(x for x in kernel.scalars if x not in INT_SCALARS)!r}",
         "TL_SOURCE = '''\\",
         print_program(program).replace("\\", "\\\\").replace("'''", "\\'\\'\\'") + "'''",
@@ -285,5 +379,6 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
     ]
     helpers = [_helper_source(h) for h in ("floordiv", "floormod", "tanh") if h in m.helpers]
-    source = "\n".join(header) + "\n" + "\n".join(helpers) + ("\n" if helpers else "") + "\n".join(m.lines) + "\n"
-    return GluonModule(source, kernel.name, dict(hk.params))
+    combined = [*combine.lines, "", ""] if combine is not None else []
+    source = "\n".join(header) + "\n" + "\n".join(helpers) + ("\n" if helpers else "") + "\n".join(combined + m.lines) + "\n"
+    return GluonModule(source, kernel.name, dict(hk.params), combine.info if combine is not None else None)

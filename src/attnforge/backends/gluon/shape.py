@@ -5,7 +5,9 @@ barrier waits, GEMMs, score statements and softmax.
 The translator does not schedule: the TL's own statements (their barriers, stage indices and
 phases, bounds, score modifiers, masks) become the code; what the schedule parameters
 (``pingpong``, ``overlap``) change is where each piece goes. A compute loop that is not of the form
-below is refused with the statement that does not fit (docs/TL.md, section 11).
+below is refused with the statement that does not fit (docs/TL.md, section 11). A split-KV partial
+kernel (a split axis ``s`` in the grid) copies Q in its compute role, in place of waiting for the load
+role's TMA copy, and stores into its scratch (section 11.7).
 
     for j = A : B
         Wait K_READY[slot] phase p
@@ -61,9 +63,19 @@ class HopperKernel:
     compute: n.Role
     load: n.Role
     state: tuple[n.Allocate, ...]  # the compute role's register tiles
-    q_wait: n.Wait
+    q_wait: n.Wait | None  # the Wait for Q's TMA copy (prefill), or
+    q_load: n.Copy | None  # the compute role's own copy of Q into shared memory (decode: a few, maybe packed, rows)
     loops: tuple[TileLoop, ...]
     epilogue: tuple[n.Stmt, ...]
+
+    @property
+    def split_kv(self) -> bool:
+        """The partial kernel of a split-KV pair: a split axis ``s`` in the grid, results stored in scratch."""
+        return any(a.name == "s" for a in self.kernel.grid)
+
+    @property
+    def q_view(self) -> n.Allocate:
+        return next(v for v in self.views.values() if v.tensor == "q")
 
     @property
     def pingpong(self) -> bool:
@@ -182,7 +194,13 @@ def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
     state = []
     while isinstance(r.peek(), n.Allocate):
         state.append(r.take(n.Allocate, "a register tile"))
-    q_wait = r.take(n.Wait, "the Wait for the Q tile")
+    q_wait = q_load = None
+    if isinstance(r.peek(), n.Copy):
+        q_load = r.take(n.Copy, "the copy of Q into shared memory")
+        if q_load.signal is not None or q_load.src not in views or q_load.dst not in shared:
+            _fail(q_load, "the compute role's copy of Q goes from its global view to a shared tile, synchronously", file)
+    else:
+        q_wait = r.take(n.Wait, "the Wait for the Q tile (or the compute role's copy of Q)")
     loops = []
     while isinstance(r.peek(), n.Loop):
         loops.append(_tile_loop(r.take(n.Loop, "a tile loop"), file))
@@ -195,7 +213,7 @@ def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
         same = ("k_wait", "qk", "scores", "softmax", "p_cast", "p_reshape", "v_wait", "pv", "release")
         if any(getattr(a, f) != getattr(b, f) for f in same) or a.loop.var != b.loop.var:
             _fail(b.loop, "the masked tile loop must repeat the unmasked one, with a Mask added", file)
-    hk = HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, tuple(loops), r.rest())
+    hk = HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, q_load, tuple(loops), r.rest())
     _check_frame(hk, file)
     return hk
 
@@ -204,12 +222,20 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
     """What the emitted kernel assumes about the rest of the program: refused here, with the
     statement, rather than translated wrongly."""
     kernel, t = hk.kernel, hk.loops[-1]
-    if [a.name for a in kernel.grid] != ["m", "b", "h"]:
-        _fail(kernel, "the grid must be m : cdiv(Sq, BM), b : B, h : Hq (query block, batch, head), in that order", file)
+    if [a.name for a in kernel.grid] not in GRIDS:
+        _fail(kernel, "the grid must be m : cdiv(Sq, BM), b : B, h : Hq (query block, batch, head), in that order; a split-KV partial "
+              "kernel adds s : NSPLIT after them (with hk : Hkv for h where the rows pack a K/V head's query heads)", file)
     m_at = (n.Name("m"), n.Num(0))
-    for s in n.walk(hk.load.body):
-        if isinstance(s, n.Copy) and s.signal is not None and hk.views[s.src].tensor == "q" and tuple(s.coord) != m_at:
+    q_copies = [s for s in n.walk(hk.load.body) if isinstance(s, n.Copy) and s.signal is not None and hk.views[s.src].tensor == "q"]
+    for s in q_copies + ([hk.q_load] if hk.q_load is not None else []):
+        if hk.views[s.src].tensor != "q" or tuple(s.coord) != m_at:
             _fail(s, "the Q tile must be the program's own query block, at [m, 0]", file)
+    if hk.split_kv != (hk.q_load is not None):
+        _fail(hk.compute, "a split-KV partial kernel's compute role copies Q itself (a few rows, packed by head: no TMA box); "
+              "a prefill's load role copies it by TMA", file)
+    if hk.split_kv and (hk.blackwell or hk.pingpong):
+        _fail(kernel, "a split-KV partial kernel is translated for sm_90 with one compute warpgroup set (no pingpong): decode is "
+              "memory-bound, its rows are few", file, hint="the built-in planner writes it so (plan/hopper.py)")
     nwg = 2 if hk.pingpong else 1
     warps = _count(n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start), hk.params)
     bm = hk.params.get("BM", 0)
@@ -226,11 +252,17 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
     norm, lse, store_o, store_lse = hk.epilogue
     if norm.acc != t.pv.out or norm.row_sum != t.softmax.row_sum or (lse.row_max, lse.row_sum) != (t.softmax.row_max, t.softmax.row_sum):
         _fail(norm, "Normalize and LogSumExp must read the tile loop's accumulator and running max and sum", file)
-    for copy, src, tensor, coord in ((store_o, norm.out, "o", m_at), (store_lse, lse.out, "lse", (n.Name("m"),))):
+    outputs = ("o_part", "lse_part") if hk.split_kv else ("o", "lse")
+    for copy, src, tensor, coord in ((store_o, norm.out, outputs[0], m_at), (store_lse, lse.out, outputs[1], (n.Name("m"),))):
         view = hk.views.get(copy.dst)
         if copy.src != src or view is None or view.tensor != tensor or tuple(copy.coord or ()) != coord:
             _fail(copy, f"the store of {tensor} must copy {src} at [{', '.join('m' if isinstance(c, n.Name) else '0' for c in coord)}] "
                   f"to the view of {tensor}", file)
+
+
+# The grids the emitted kernel recovers from its program id: a prefill's, and a split-KV partial
+# kernel's (packed GQA: hk, a K/V head whose query heads are the rows)
+GRIDS = (["m", "b", "h"], ["m", "b", "h", "s"], ["m", "b", "hk", "s"])
 
 
 def _check_tcgen05(hk: HopperKernel, warps: int, bm: int, file: str | None) -> None:

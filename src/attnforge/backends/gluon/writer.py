@@ -21,6 +21,11 @@ GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
 REGISTERS_ACROSS_WARPGROUPS = 504
 
 
+# the stride arguments of the ABI's outputs (a split-KV kernel's scratch: TENSOR_s0, TENSOR_s1, ...)
+OUTPUT_STRIDES = {"o": ("so_b", "so_h", "so_s"), "lse": ("sl_b", "sl_h", "sl_s")}
+Q_STRIDES = ("sq_b", "sq_h", "sq_s", "sq_d")  # q's, where the compute role copies Q by pointer loads
+
+
 LOAD_REGS = 24  # a load role without a budget: setmaxnreg's minimum (it only issues TMA copies)
 
 
@@ -60,25 +65,54 @@ class Writer:
     def _loop_vars(self) -> frozenset[str]:
         return frozenset(s.var for s in n.walk(self.hk.kernel.body) if isinstance(s, n.Loop))
 
+    @property
+    def grid_names(self) -> list[str]:
+        return [a.name for a in self.hk.kernel.grid]
+
+    @property
+    def descriptors(self) -> list[str]:
+        """The TMA descriptor arguments: q, k and v's, or k and v's where the compute role copies Q itself."""
+        return [f"{t}_desc" for t in ("q", "k", "v") if t != "q" or self.hk.q_load is None]
+
+    def outputs(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The tensors the epilogue stores O and the LSE into, each with its stride arguments (every
+        axis but O's last, which is contiguous): the ABI's o and lse, or a split-KV kernel's scratch."""
+        out = []
+        for copy, contiguous_last in ((self.hk.epilogue[2], 1), (self.hk.epilogue[3], 0)):
+            tensor = self.hk.views[copy.dst].tensor
+            if tensor in OUTPUT_STRIDES:
+                out.append((tensor, OUTPUT_STRIDES[tensor]))
+            else:
+                rank = next(len(sc.shape) for sc in self.hk.kernel.scratch if sc.name == tensor)
+                out.append((tensor, tuple(f"{tensor}_s{i}" for i in range(rank - contiguous_last))))
+        return out
+
     def runtime_args(self) -> list[str]:
-        """The values every role takes: grid coordinates, sizes, scalars, output pointers and strides."""
-        out = ["m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", *self.scalars, "o", "so_b", "so_h", "so_s", "lse", "sl_b", "sl_h", "sl_s"]
+        """The values every role takes: grid coordinates, sizes, scalars, launch-time values, Q's
+        pointer and strides where the compute role copies it, output pointers and strides."""
+        out = [*self.grid_names, "B", "Hq", "Hkv", "Sq", "Sk", *self.scalars, *self.hk.kernel.launch_names()]
+        if self.hk.q_load is not None:
+            out += ["q", *Q_STRIDES]
+        for tensor, strides in self.outputs():
+            out += [tensor, *strides]
         if self.alibi:
             out += ["alibi_slopes", "sa"]
         return out
 
     def ctx(self, extra: dict[str, str] | None = None) -> ExprContext:
-        sizes = ("m", "b", "h", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *self._loop_vars)  # all >= 0 (tiles count up from lo >= 0)
+        # all >= 0 (tiles count up from lo >= 0)
+        sizes = (*self.grid_names, *self.hk.kernel.launch_names(), "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *self._loop_vars)
         names = {x: x for x in (*sizes, *self.scalars, *self.hk.params)}
         names.update(extra or {})
         nonneg = {*sizes, *self.hk.params, *(s for s in self.scalars if s in INT_SCALARS)}
-        return ExprContext(names, nonneg=nonneg, index=self._index, helpers=self.helpers, file=self.file,
+        return ExprContext(names, nonneg=nonneg, index=lambda e: self._index(e, extra), helpers=self.helpers, file=self.file,
                            floats={s for s in self.scalars if s not in INT_SCALARS} | {"score"}, lib="gl")
 
-    def _index(self, e: n.Index) -> str:
+    def _index(self, e: n.Index, extra: dict[str, str] | None = None) -> str:
+        """``alibi_slopes[head]``: the head a scalar, or each packed row's (``h_idx``, in ``extra``)."""
         if e.name != "alibi_slopes" or len(e.args) != 1:
             _fail(e, f"{e.name}[...]: the gluon backend reads alibi_slopes[head] only", self.file)
-        return f"gl.load(alibi_slopes + ({device(e.args[0], self.ctx())}) * sa)"
+        return f"gl.load(alibi_slopes + ({device(e.args[0], self.ctx(extra))}) * sa)"
 
     def dev(self, e: n.Expr, extra: dict[str, str] | None = None) -> str:
         return device(e, self.ctx(extra))

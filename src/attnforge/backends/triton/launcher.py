@@ -112,7 +112,7 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
         for v in kernel.launch:
             if v.name not in computed:  # kernels that share a value compute it alike (the checker's TL110): once per call
                 computed.add(v.name)
-                _check_host_name(v, kernel, {k.name for k in program.kernels} | {sc.name for k in program.kernels for sc in k.scratch}, file)
+                check_host_name(v, kernel, {k.name for k in program.kernels} | {sc.name for k in program.kernels for sc in k.scratch}, file)
                 lines.append(f"{INDENT}# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)")
                 lines.append(f"{INDENT}{v.name} = split_count({exprs.host(v.programs, ctx)}, {exprs.host(v.tiles, ctx)}, program_slots(q.device))")
         ctx.names.update({name: name for name in computed})
@@ -146,7 +146,7 @@ _HOST_NAMES = frozenset({*ARG_SHAPES, *SIZE_ARGS, *HEAD_DIM_NAMES, "checked", "s
                          "program_slots", "scratch", "split_count", "tma_descriptor", "window_bound", "window_left", "window_right"})
 
 
-def _check_host_name(v: n.Launch, kernel: n.Kernel, taken: set[str], file: str | None) -> None:
+def check_host_name(v: n.Launch, kernel: n.Kernel, taken: set[str], file: str | None) -> None:
     """A launch-time value is a local of ``launch()``: refuse a name that clashes with another one
     (``taken``: the program's kernel and scratch names; TMA descriptors end in ``_desc``)."""
     if v.name in _HOST_NAMES or v.name in taken or v.name.endswith("_desc"):

@@ -54,7 +54,9 @@ def check_rules(program: n.Program, file: str | None = None) -> None:
                 raise TranslateError(f"{kernel.name}: {rule.reason}; this kernel targets {target.sm}", where=kernel.pos(file), hint=rule.hint)
 
 
-def _kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v: int, file: str | None) -> tuple[list[str], KernelInfo, set[str]]:
+def translate_kernel(kernel: n.Kernel, scratch: dict[str, int], head_dim: int, head_dim_v: int, file: str | None) -> tuple[list[str], KernelInfo, set[str]]:
+    """One TL kernel as a @triton.jit function: its lines, what its launcher needs, and the helper
+    functions it calls (the Gluon backend uses it for a split-KV pair's combine kernel too)."""
     facts = kernel_facts(kernel, scratch, file)
     em = KernelEmitter(kernel, facts, head_dim, head_dim_v, file)
     body = em.run()
@@ -97,7 +99,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int | None = Non
     infos: list[KernelInfo] = []
     helpers: set[str] = set()
     for kernel in program.kernels:
-        lines, info, used = _kernel(kernel, scratch, head_dim, head_dim_v, file)
+        lines, info, used = translate_kernel(kernel, scratch, head_dim, head_dim_v, file)
         bodies += lines + ["", ""]
         infos.append(info)
         helpers |= used
