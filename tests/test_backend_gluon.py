@@ -498,6 +498,10 @@ def test_later_calls_of_a_gluon_key_replay_its_launches_with_their_descriptors_r
     kernel.module, kernel.interpret = type("Module", (), {"launch": staticmethod(lambda *a, **k: None)}), False
     kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked", "slots"}
     assert isinstance(kernel.checked_launch([], scale=0.5), KeyLaunch)
+    kernel.module.SPLIT_KV = True  # a decode pair: its replay has not run on a GPU, so its later calls take the JIT, unchecked
+    fast = kernel.checked_launch([], scale=0.5)
+    assert not isinstance(fast, KeyLaunch) and fast.keywords == {"checked": True, "scale": 0.5}
+    del kernel.module.SPLIT_KV
     kernel.accepts = {"q", "k", "v", "o", "lse", "scale"}  # written without the launch options: keeps its checks
     assert kernel.checked_launch([], scale=0.5) is None
     kernel.accepts = {"q", "k", "v", "o", "lse", "scale", "checked", "slots"}
@@ -611,3 +615,34 @@ def test_a_split_kv_kernel_is_refused_where_its_translation_does_not_reach():
     alone = parse(source[: source.index("kernel attn_decode_combine")], file="kernel.tl")
     with pytest.raises(AttnforgeError, match="split axis"):
         gluon.translate(alone, head_dim=128, head_dim_v=128, file="kernel.tl")
+
+
+def test_the_combine_kernels_grid_is_computed_with_its_own_parameters():
+    """A split-KV pair whose combine kernel takes a smaller BM than the partial kernel: launch()
+    must size the combine's grid with the combine's BM (the partial's would leave rows unwritten)."""
+    from attnforge.tl.printer import print_program
+
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000)
+    text = print_program(next(hopper_plans(spec, H200)).program)
+    combine = text.index("kernel attn_decode_combine")
+    head, tail = text[:combine], text[combine:]
+    assert "param BM = 64, BN = 64, warps = 4\n" in tail
+    tail = tail.replace("param BM = 64, BN = 64, warps = 4\n", "param BM = 32, BN = 64, warps = 4\n", 1)
+    tail = tail.replace("cdiv(Hq // Hkv * Sq, BM), cdiv(Sk, BN))", "cdiv(Hq // Hkv * Sq, 64), cdiv(Sk, BN))", 1)  # the shared split count
+    program = parse(head + tail)
+    check(program, H200)
+    source = gluon.translate(program, head_dim=64, head_dim_v=64).source
+    (launch,) = [line for line in source.splitlines() if "launch_kernel(attn_decode_combine" in line]
+    assert "// 32)" in launch and "BM=32" in launch, launch
+
+
+def test_a_tuned_decode_choice_comes_first_and_a_prefill_one_is_not_taken_for_decode():
+    from attnforge.plan.builtin import Candidate
+    from attnforge.plan.hopper import hopper_decode_candidates
+
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000)
+    planner_first, second = hopper_decode_candidates(spec, H200)[:2]
+    tuned = Candidate(dict(second.params), "tuning database", kind="decode")
+    assert next(hopper_plans(spec, H200, prefer=tuned)).params == second.params
+    prefill = Candidate(dict(second.params), "tuning database", kind="prefill")
+    assert next(hopper_plans(spec, H200, prefer=prefill)).params == planner_first.params

@@ -182,8 +182,7 @@ def _row_name(index: tuple[int, ...]) -> str:
 
 @dataclass
 class _Launched:
-    """One case after its launch: what the judge needs (tensors on the kernel's device; None where
-    the case crashed before they were drawn)."""
+    """One case after its launch: what the judge needs (tensors on the kernel's device)."""
 
     shape: CaseShape
     q: torch.Tensor
@@ -204,19 +203,9 @@ def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *
 
 
 def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, block_rows: int) -> _Launched:
-    """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised:
-    also one that shows only when the inputs are drawn, as an earlier kernel's fault does)."""
-    launched = _Launched(shape, None, None, None, [], None, None, None, None, 0.0)
-    start = time.perf_counter()
-    try:
-        _draw_and_run(kernel, spec, shape, seed, block_rows, launched)
-    except Exception as err:  # a crash is a failed case with its reason, not a lost run
-        launched.crash = f"{type(err).__name__}: {err}"[:500]
-    launched.seconds = time.perf_counter() - start
-    return launched
-
-
-def _draw_and_run(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, block_rows: int, launched: _Launched) -> None:
+    """Draw the case's inputs, guard its outputs and run the kernel (a crash is recorded, not raised;
+    drawing the inputs raises: running out of memory, or a context an earlier kernel left unusable,
+    is no verdict on this kernel)."""
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator(device).manual_seed(seed)  # inputs drawn where the kernel runs: a GPU draws the large cases at once
@@ -232,11 +221,16 @@ def _draw_and_run(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: i
     if spec.alibi_slopes is not None:
         slopes = np.array(spec.alibi_slopes if shape.Hq == spec.heads else alibi_slopes_for(shape.Hq))
         args["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
-    launched.q, launched.k, launched.v, launched.inputs, launched.o, launched.lse = q, k, v, inputs, o, lse
-    launched.guards, launched.slopes = (o_buf, o_outside, lse_buf, lse_outside), slopes
-    kernel.launch(q, k, v, o, lse, **args)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    launched = _Launched(shape, q, k, v, inputs, o, lse, (o_buf, o_outside, lse_buf, lse_outside), slopes, 0.0)
+    start = time.perf_counter()
+    try:
+        kernel.launch(q, k, v, o, lse, **args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as err:  # a crash is a failed case with its reason, not a lost run
+        launched.crash = f"{type(err).__name__}: {err}"[:500]
+    launched.seconds = time.perf_counter() - start
+    return launched
 
 
 def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:

@@ -147,7 +147,8 @@ def _load_role(first: str, last: str, q_async: bool) -> list[str]:
 # ---------------------------------------------------------------------- decode (split-KV)
 
 # Decode is memory-bound: what counts is K/V bytes in flight. The ring takes about this much shared
-# memory, so that two programs fit an SM (the split rule launches about two per SM).
+# memory. With Q and the barriers a program then holds 104-128 KiB, one per SM (the split rule
+# launches about two per SM): measured slower than Triton's decode on short KV (bench/RESULTS.md).
 _DECODE_RING_BYTES = 96 * 1024
 _DECODE_MAX_STAGES = 8
 
@@ -210,8 +211,10 @@ def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
 def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None = None) -> Iterator[Plan]:
     """Every Hopper-form candidate the checker accepts for ``target``, best first (as ``builtin.plans``)."""
     if spec.is_decode or packs_gqa(spec):  # (builtin's rule: packed small-Sq prefill is the split-KV pair too)
-        yield from checked_plans(spec, target, "decode", hopper_decode_candidates(spec, target),
-                                 lambda params: hopper_decode_source(spec, target, params))
+        cands = hopper_decode_candidates(spec, target)
+        if prefer is not None and prefer.kind in (None, "decode") and set(prefer.params) == set(cands[0].params):  # the database's choice
+            cands = [prefer] + [c for c in cands if c.params != prefer.params]
+        yield from checked_plans(spec, target, "decode", cands, lambda params: hopper_decode_source(spec, target, params))
         return
     cands = hopper_candidates(spec, target)
     if prefer is not None and set(prefer.params) <= HOPPER_PARAMS and {"BM", "BN", "warps", "stages"} <= set(prefer.params):

@@ -14,13 +14,14 @@ from typing import NoReturn
 from ..verify import VerifyRecord
 
 
-def verify_in_child(module: str, path: Path, spec_key: str, params: dict, deadline_s: float) -> tuple[bool, bool, str]:
+def verify_in_child(module: str, path: Path, spec_key: str, params: dict, deadline_s: float, extra: tuple[str, ...] = ()) -> tuple[bool, bool, str]:
     """Run ``python -m module --verify-one path --spec spec_key --params ...`` (the module's child
-    mode, which ends in ``exit_with_verdict``): (passed verification, caught, detail). Caught means
+    mode, which ends in ``exit_with_verdict``; ``extra``: more of its arguments): (passed
+    verification, caught, detail). Caught means
     verification said no (a fault included: it fails the cases) or the deadline passed; a child
     that crashed before verifying (an import, a build) catches nothing.
     The child's whole output is kept beside ``path`` (``.log``)."""
-    command = [sys.executable, "-m", module, "--verify-one", str(path), "--spec", spec_key, "--params", json.dumps(params)]
+    command = [sys.executable, "-m", module, "--verify-one", str(path), "--spec", spec_key, "--params", json.dumps(params), *extra]
     log = Path(path).with_suffix(".log")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=deadline_s)

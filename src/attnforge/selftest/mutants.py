@@ -28,7 +28,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
     "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
     # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
-    # Sk = 1000: 16 K/V tiles of 64, so the H200's split rule takes several splits at the verifier's batch sizes
+    # (the verifier's own decode shapes, Sk up to 32769, take several splits on the H200: the combine mutant needs two)
     "hopper_decode": (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),

@@ -149,7 +149,14 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
     shape = f"B={B} Hq={Hq}/Hkv={Hkv} Sq={Sq} Sk={Sk}"
     bucket = spec_bucket(spec)
     timed_spec = AttentionSpec(**{**spec.to_dict(), "batch": B, "heads": Hq, "kv_heads": Hkv, "seqlen_q": Sq, "seqlen_k": Sk})
-    if hopper:
+    if hopper and (timed_spec.is_decode or builtin.packs_gqa(timed_spec)):  # the split-KV pair: its own candidates
+        from ..plan.hopper import hopper_decode_candidates, hopper_decode_source
+
+        kind, cands = "decode", hopper_decode_candidates(timed_spec, target)
+        first = cands[0].params
+        order = [c.params for c in cands][: max_candidates or None]
+        source_for = lambda p: hopper_decode_source(bucket, target, p)  # noqa: E731
+    elif hopper:
         from ..plan.hopper import hopper_candidates, hopper_source
 
         kind, first = "prefill", hopper_candidates(timed_spec, target)[0].params

@@ -261,11 +261,12 @@ def phase_mutants(args, out: Path, deadline: float) -> list[dict]:
         # the GPU verdict without the lint: the mutant compiled as written, verified in a process of its own
         os.environ["ATTNFORGE_CUDA_NO_LINT"] = "1"
         try:
-            _, killed_gpu, detail = verify_in_child("attnforge.backends.cuda.gpucheck", mpath, mutant.spec, params, MUTANT_DEADLINE_S)
+            passed, killed_gpu, detail = verify_in_child("attnforge.backends.cuda.gpucheck", mpath, mutant.spec, params, MUTANT_DEADLINE_S,
+                                                         ("--target", args.target))
         finally:
             os.environ.pop("ATTNFORGE_CUDA_NO_LINT", None)
         rows.append(dict(mutant=mutant.name, killed_statically=static is not None, static=static, killed_by_gpu=killed_gpu, detail=detail[:300]))
-        print(f"mutant {mutant.name:34s} static={'KILLED' if static else 'survived'} gpu={'KILLED' if killed_gpu else 'SURVIVED'} {detail[:200]}", flush=True)
+        print(f"mutant {mutant.name:34s} static={'KILLED' if static else 'survived'} gpu={'KILLED' if killed_gpu else 'SURVIVED' if passed else 'NOT JUDGED'} {detail[:200]}", flush=True)
     return rows
 
 

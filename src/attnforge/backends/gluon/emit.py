@@ -95,11 +95,13 @@ def _grid(m: Writer) -> tuple[list[str], str]:
     return kernel, " * ".join(f"({host(ax.extent, hctx)})" for ax in axes)
 
 
-def host_ctx(m: Writer) -> ExprContext:
-    """TL expressions as ``launch()`` computes them: the sizes it reads off the tensors, the
-    parameters, and the launch-time values it has computed (a split count)."""
-    names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", *m.hk.kernel.launch_names())}
-    return ExprContext(names | {k: str(v) for k, v in m.hk.params.items()}, file=m.file)
+def host_ctx(m: Writer, kernel: n.Kernel | None = None, params: dict[str, int] | None = None) -> ExprContext:
+    """TL expressions of ``kernel`` (default: the Hopper-form one) as ``launch()`` computes them: the
+    sizes it reads off the tensors, that kernel's own parameters, and the launch-time values it has
+    computed (a split count)."""
+    kernel, params = (m.hk.kernel, m.hk.params) if kernel is None else (kernel, params or {})
+    names = {x: x for x in ("B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", *kernel.launch_names())}
+    return ExprContext(names | {k: str(v) for k, v in params.items()}, file=m.file)
 
 
 def _kernel_fn(m: Writer) -> None:
@@ -225,7 +227,7 @@ def _split_kv_setup(m: Writer) -> None:
     """The launch-time values (the split count, by ``attnforge.splits`` for this call's sizes and
     device) and the scratch the pair shares, fresh for each call."""
     hctx = host_ctx(m)
-    m.emit("Dv = v.shape[3]", 1)
+    m.emit("D, Dv = q.shape[3], v.shape[3]", 1)
     for v in m.hk.kernel.launch:
         check_host_name(v, m.hk.kernel, {"grid", *(sc.name for sc in m.hk.kernel.scratch)}, m.file)
         m.emit(f"# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)", 1)
@@ -240,7 +242,8 @@ def _combine_launch(m: Writer, combine: Combine) -> None:
     """The combine kernel (Triton, from the Triton backend's emitter): its arguments in the order
     ``triton.module`` declares them -- tensors, their strides, sizes, scalars, launch-time values."""
     info = combine.info
-    grid = " * ".join(f"({host(ax.extent, host_ctx(m))})" for ax in combine.kernel.grid)
+    hctx = host_ctx(m, combine.kernel, info.params)  # its own BM: the grid covers the rows it is told to
+    grid = " * ".join(f"({host(ax.extent, hctx)})" for ax in combine.kernel.grid)
     args = [*info.tensors, *(f"*{t}.stride()" for t in info.tensors), *SIZE_ARGS, *info.scalars, *info.launch]
     constexprs = ", ".join(f"{c}={v}" for c, v in info.constexprs.items())
     m.emit(f"launch_kernel({info.name}, ({grid},), ({', '.join(args)}), dict({constexprs}), num_warps={info.num_warps}, "
@@ -289,6 +292,10 @@ def _combine(program: n.Program, head_dim: int, head_dim_v: int, file: str | Non
               "form, then the combine kernel that reads its scratch)", file)
     kernel = program.kernels[1]
     refuse_hopper_form(n.Program((kernel,)), "the combine kernel of a split-KV pair (translated to Triton)", file)
+    missing = set(kernel.launch_names()) - set(program.kernels[0].launch_names())
+    if missing:  # launch() computes the partial kernel's launch-time values; the combine reuses them
+        _fail(kernel, f"the combine kernel's launch-time value(s) {', '.join(sorted(missing))} are not the partial kernel's: "
+              "a split-KV pair shares one split count", file)
     lines, info, helpers = translate_kernel(kernel, scratch_ranks(program), head_dim, head_dim_v, file)
     if helpers or info.descriptors:
         _fail(kernel, "the combine kernel needs no helper functions and no TMA descriptors (it merges partial results by pointer loads)", file)
@@ -357,6 +364,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "from attnforge.backends.triton.runtime import check_arguments" + (", split_count" if combine is not None else ""),
         "",
         f"KERNEL = {kernel.name!r}",
+        *(["SPLIT_KV = True  # two kernels: attention()'s dispatch cache does not replay them (not yet run on a GPU)"] if combine is not None else []),
         f"ARCH = {arch!r}  # the GPU family the kernel is written for (compile checks the target against it)",
         f"HEAD_DIM = {head_dim}",
         f"HEAD_DIM_V = {head_dim_v}",

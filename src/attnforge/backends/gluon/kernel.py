@@ -2,11 +2,15 @@
 argument checks, outputs and calling convention), natively only, on the GPU family it is written
 for: Gluon has no CPU interpreter, and a tcgen05 kernel does not compile for a Hopper GPU. An
 ``attention()`` dispatch key's later calls replay its recorded launches as a Triton module's do
-(``triton/replay.py``, which rebuilds Gluon's host TMA descriptors from each call's tensors)."""
+(``triton/replay.py``, which rebuilds Gluon's host TMA descriptors from each call's tensors); a
+split-KV pair's (decode) later calls skip the checks but take Triton's JIT: its replay (a pointer
+Q, fresh scratch, the combine kernel) has not run on a GPU."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Callable, Optional
 
 from ...errors import AttnforgeError
 from ..triton.kernel import GeneratedKernel, gpu_available
@@ -29,3 +33,10 @@ class GluonKernel(GeneratedKernel):
         if major != ARCH_MAJOR[arch]:
             raise AttnforgeError(f"this Gluon kernel is written for {arch}; the local GPU, {torch.cuda.get_device_name()}, is sm_{major}x",
                                  where=str(path), hint=NO_INTERPRETER)
+
+    def checked_launch(self, slots: list, **scalars) -> Optional[Callable[..., None]]:
+        """``GeneratedKernel.checked_launch`` (a replay); for a split-KV pair, the launch with its checks skipped."""
+        if getattr(self.module, "SPLIT_KV", False):
+            return functools.partial(self.module.launch, checked=True, **scalars) if "checked" in self.accepts else None
+        return super().checked_launch(slots, **scalars)
+
