@@ -646,3 +646,15 @@ def test_a_tuned_decode_choice_comes_first_and_a_prefill_one_is_not_taken_for_de
     assert next(hopper_plans(spec, H200, prefer=tuned)).params == second.params
     prefill = Candidate(dict(second.params), "tuning database", kind="prefill")
     assert next(hopper_plans(spec, H200, prefer=prefill)).params == planner_first.params
+
+
+def test_a_window_wider_than_the_sequences_is_clamped_before_the_kernel_reads_it():
+    """A window near 2**31 would wrap the kernel's int32 bounds (every key masked, O = 0, silently):
+    launch() clamps each side to Sq + Sk and refuses a negative one, as the Triton launcher does."""
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=300, seqlen_k=300, window_left=64, window_right=8)
+    source = gluon.translate(next(hopper_plans(spec, H200)).program, head_dim=64, head_dim_v=64).source
+    for side in ("window_left", "window_right"):
+        assert f'{side} = window_bound("{side}", {side}, Sq, Sk)' in source
+    from attnforge.backends.triton.runtime import window_bound
+
+    assert window_bound("window_right", 2**31 - 1, 300, 300) == 600

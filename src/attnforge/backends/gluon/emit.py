@@ -197,6 +197,9 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
     m.emit("if not checked:", 1)
     names = ", ".join(f"{t}={t}" for t in ["q", "k", "v", "o", "lse", *tensors])
     m.emit(f"check_arguments(dict({names}), HEAD_DIM, HEAD_DIM_V, TENSOR_DTYPES)", 2)
+    for name in ("window_left", "window_right"):  # >= 0, and clamped to Sq + Sk so the int32 bounds cannot wrap
+        if name in scalars:
+            m.emit(f'{name} = window_bound("{name}", {name}, Sq, Sk)', 1)
     if combine is not None:
         _split_kv_setup(m)
     for desc in m.descriptors:
@@ -361,7 +364,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "from attnforge.backends.gluon.runtime import tma_descriptor",
         "from attnforge.errors import LaunchError",
         "from attnforge.backends.triton.launching import launch_kernel" + (", program_slots, scratch" if combine is not None else ""),
-        "from attnforge.backends.triton.runtime import check_arguments" + (", split_count" if combine is not None else ""),
+        "from attnforge.backends.triton.runtime import check_arguments" + (", split_count" if combine is not None else "")
+        + (", window_bound" if {"window_left", "window_right"} & set(m.scalars) else ""),
         "",
         f"KERNEL = {kernel.name!r}",
         *(["SPLIT_KV = True  # two kernels: attention()'s dispatch cache does not replay them (not yet run on a GPU)"] if combine is not None else []),
