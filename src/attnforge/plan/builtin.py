@@ -137,7 +137,8 @@ def _key_range(spec: AttentionSpec, packed: bool = False) -> tuple[str, str]:
     return lo, hi
 
 
-def _keep(spec: AttentionSpec, packed: bool = False) -> str:
+def keep_condition(spec: AttentionSpec, packed: bool = False) -> str:
+    """The Mask condition: the keys row q_idx keeps (the K/V tail, causal, window, mask_mod)."""
     conds = ["kv_idx < Sk"]
     if spec.causal:
         conds.append(f"kv_idx <= {_diag(spec)}")
@@ -150,7 +151,7 @@ def _keep(spec: AttentionSpec, packed: bool = False) -> str:
     return " and ".join(conds)
 
 
-def _score_mods(spec: AttentionSpec, packed: bool = False) -> list[str]:
+def score_mods(spec: AttentionSpec, packed: bool = False) -> list[str]:
     """In the reference's order: scale, softcap, ALiBi, score_mod (then the masks)."""
     mods = []
     if spec.softcap is not None:
@@ -162,7 +163,7 @@ def _score_mods(spec: AttentionSpec, packed: bool = False) -> list[str]:
     return mods
 
 
-def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scores: bool = True, launch: str | None = None) -> list[str]:
+def kernel_header(name: str, spec: AttentionSpec, target: Target, params: dict[str, int], scores: bool = True, launch: str | None = None) -> list[str]:
     """A kernel header; ``scores=False`` for a kernel that only merges partial results (decode's
     combine), which computes no feature and reads no scalar; ``launch``: its launch-time value line."""
     lines = [f"kernel {name}", f"target {target.sm}"]
@@ -178,7 +179,7 @@ def _header(name: str, spec: AttentionSpec, target: Target, params: dict[str, in
     return lines
 
 
-def _full_tiles(spec: AttentionSpec) -> str | None:
+def full_tiles(spec: AttentionSpec) -> str | None:
     """One past the last K/V tile that every row of query block m sees whole (no key masked, no
     key past Sk), when the spec's masks allow such a split: causal and the K/V tail only."""
     if spec.window_left is not None or spec.window_right is not None or spec.mask_mod is not None:
@@ -193,7 +194,7 @@ def _full_tiles(spec: AttentionSpec) -> str | None:
 def _tile_loops(spec: AttentionSpec, first: str, last: str, split: bool = True) -> list[str]:
     """The K/V loop; split, where the masks allow, into tiles every row sees whole (no Mask: the
     off-diagonal blocks) and the rest (diagonal blocks and the ragged tail, masked)."""
-    full = _full_tiles(spec)
+    full = full_tiles(spec)
     if full is None or first != "0" or not split:
         return _tile_loop(spec, f"{first} : {last}")
     return _tile_loop(spec, f"0 : {full}", masked=False) + _tile_loop(spec, f"{full} : {last}")
@@ -210,9 +211,9 @@ def _tile_loop(spec: AttentionSpec, bounds: str, masked: bool = True, packed: bo
     if spec.allow_tf32:
         body.append("    Compute Cast Kr to tf32")
     body += ["    Compute GEMM Qr, Kr^T and get S", "    Compute Multiply S, scale"]
-    body += [f"    Compute ScoreMod S with {m}" for m in _score_mods(spec, packed)]
+    body += [f"    Compute ScoreMod S with {m}" for m in score_mods(spec, packed)]
     if masked:
-        body.append(f"    Compute Mask S keep {_keep(spec, packed)}")
+        body.append(f"    Compute Mask S keep {keep_condition(spec, packed)}")
     body += [
         "    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
         f"    Compute Cast P to {mma}",
@@ -260,7 +261,7 @@ def _views(out_o: str, out_lse: str, packed: bool = False) -> list[str]:
     ]
 
 
-_EPILOGUE = [
+EPILOGUE = [
     "Compute Normalize O_acc by l_i and get O_r",
     "Compute LogSumExp m_i, l_i and get lse_r",
     "Copy O_r (BM, Dv) at [m, 0] from register to global O",
@@ -268,7 +269,7 @@ _EPILOGUE = [
 ]
 
 
-def _visible_tiles(spec: AttentionSpec, packed: bool = False) -> tuple[str, str]:
+def visible_tiles(spec: AttentionSpec, packed: bool = False) -> tuple[str, str]:
     """The first K/V tile and one past the last that query block m can see."""
     lo, hi = _key_range(spec, packed)
     first = "0" if lo == "0" else f"{lo} // BN"
@@ -282,14 +283,14 @@ def _query_block(spec: AttentionSpec, out_o: str, out_lse: str, packed: bool = F
 
 
 def prefill_source(spec: AttentionSpec, target: Target, params: dict[str, int], split: bool = True) -> str:
-    first, last = _visible_tiles(spec)
+    first, last = visible_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
              "# One program computes BM query rows of one (batch, query head) and streams K/V in BN-row tiles,",
              "# loading only the tiles its rows can see; tiles every row sees whole skip the mask.",
-             *_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
+             *kernel_header("attn_fwd", spec, target, params), "grid b : B, h : Hq, m : cdiv(Sq, BM)", ""]
     lines += _query_block(spec, "o[b, h]", "lse[b, h]")
     lines += _tile_loops(spec, first, last, split)
-    lines += _EPILOGUE
+    lines += EPILOGUE
     return "\n".join(lines) + "\n"
 
 
@@ -313,61 +314,88 @@ def _combine_params(spec: AttentionSpec, params: dict[str, int]) -> dict[str, in
     return {"BM": params["BM"], "BN": params["BN"], "warps": 8 if params["BM"] * spec.head_dim_v > 4096 else 4}
 
 
+@dataclass(frozen=True)
+class SplitKVLayout:
+    """Split-KV decode's layout, the one description every partial kernel (this module's, and
+    ``hopper``'s) and the combine kernel are written from: the K/V tiles split s takes, the
+    launch-time NSPLIT, the grid, and the scratch the partial results go through."""
+
+    packed: bool  # the rows of a program are a K/V head's query heads (see PACK_MAX_SQ)
+    lo: str  # split s's first K/V tile (its share of the visible tiles)
+    hi: str  # one past split s's last K/V tile
+    launch: str  # the launch-time NSPLIT line, alike in both kernels
+    heads: str  # the grid's batch and head axes (packed: K/V heads)
+    rows: str  # the grid's row-block axis
+    scratch: tuple[str, str]  # the partial O and LSE (packed: (B, NSPLIT, Hq, Sq), so the combine kernel reads them packed)
+    o_part: str  # where a (row block, split)'s partial O lies in scratch
+    lse_part: str  # where its partial LSE lies
+
+    def grid(self, rows_first: bool = False) -> str:
+        """The partial kernel's grid line: batch, head, split s, row block (``rows_first``: the
+        row blocks first, as the Hopper form has them)."""
+        return f"grid {self.rows}, {self.heads}, s : NSPLIT" if rows_first else f"grid {self.heads}, s : NSPLIT, {self.rows}"
+
+
+def split_kv_layout(spec: AttentionSpec, packed: bool) -> SplitKVLayout:
+    """The split-KV layout for ``spec``: split s of NSPLIT takes the s-th equal share of the key
+    tiles its row block can see (``visible_tiles``); ``packed`` as ``packs_gqa``."""
+    first, last = visible_tiles(spec, packed)
+    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
+    lo, hi = f"{first} + s * {share}", f"min({last}, {first} + (s + 1) * {share})"
+    if packed:
+        return SplitKVLayout(packed, lo, hi, _split_launch(_PACKED_PROGRAMS), heads="b : B, hk : Hkv", rows=f"m : cdiv({_PACKED_ROWS}, BM)",
+                             scratch=("scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"),
+                             o_part=f"o_part[b, s, {_GROUP_HEAD}]", lse_part=f"lse_part[b, s, {_GROUP_HEAD}]")
+    return SplitKVLayout(packed, lo, hi, _split_launch(_PROGRAMS), heads="b : B, h : Hq", rows="m : cdiv(Sq, BM)",
+                         scratch=("scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"),
+                         o_part="o_part[b, h, s]", lse_part="lse_part[b, h, s]")
+
+
 def decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """Split-KV decode: NSPLIT programs per (batch, head) each take a share of the visible key
     tiles and write a partial O and LSE; a combine kernel merges them with the online softmax."""
     if packs_gqa(spec):
         return packed_decode_source(spec, target, params)
-    first, last = _visible_tiles(spec)
-    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    launch = _split_launch(_PROGRAMS)
-    scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
-    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
-             "# Split-KV: NSPLIT programs per (batch, head) each reduce a share of the visible K/V tiles to a",
-             "# partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
-             "# NSPLIT is chosen at launch, for the call's sizes and GPU: one kernel serves every batch and KV length.",
-             *_header("attn_decode_partial", spec, target, params, launch=launch), "grid b : B, h : Hq, s : NSPLIT, m : cdiv(Sq, BM)", *scratch, ""]
-    lines += _query_block(spec, "o_part[b, h, s]", "lse_part[b, h, s]")
-    lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})")
-    lines += _EPILOGUE
-    lines += ["", *combine_kernel(spec, target, params, launch, scratch, packed=False)]
-    return "\n".join(lines) + "\n"
+    return _split_kv_pair(spec, target, params, [
+        "# Split-KV: NSPLIT programs per (batch, head) each reduce a share of the visible K/V tiles to a",
+        "# partial output and log-sum-exp; a second kernel merges the shares with the online softmax."])
 
 
 def packed_decode_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """Split-KV decode with packed GQA: the programs of K/V head hk hold all its query heads'
     rows (pack Hq // Hkv), so each K/V tile is read once per group; the partial results are
     laid out (B, NSPLIT, Hq, Sq) so that the combine kernel reads them packed too."""
-    first, last = _visible_tiles(spec, packed=True)
-    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    launch = _split_launch(_PACKED_PROGRAMS)
-    scratch = ["scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"]
-    grid = f"m : cdiv({_PACKED_ROWS}, BM)"
-    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.",
-             "# Packed GQA: one program holds the rows of every query head of K/V head hk (row r: head",
-             "# hk * G + r % G at position r // G, G = Hq // Hkv), so each K/V tile is read once per group.",
-             "# Split-KV: NSPLIT programs per (batch, K/V head) each reduce a share of the visible K/V tiles to",
-             "# a partial output and log-sum-exp; a second kernel merges the shares with the online softmax.",
+    return _split_kv_pair(spec, target, params, [
+        "# Packed GQA: one program holds the rows of every query head of K/V head hk (row r: head",
+        "# hk * G + r % G at position r // G, G = Hq // Hkv), so each K/V tile is read once per group.",
+        "# Split-KV: NSPLIT programs per (batch, K/V head) each reduce a share of the visible K/V tiles to",
+        "# a partial output and log-sum-exp; a second kernel merges the shares with the online softmax."], packed=True)
+
+
+def _split_kv_pair(spec: AttentionSpec, target: Target, params: dict[str, int], about: list[str], packed: bool = False) -> str:
+    """The split-KV pair in the portable form: the partial kernel (comment lines ``about`` it
+    first) and the combine kernel."""
+    layout = split_kv_layout(spec, packed)
+    lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner.", *about,
              "# NSPLIT is chosen at launch, for the call's sizes and GPU: one kernel serves every batch and KV length.",
-             *_header("attn_decode_partial", spec, target, params, launch=launch), f"grid b : B, hk : Hkv, s : NSPLIT, {grid}", *scratch, ""]
-    lines += _query_block(spec, f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]", packed=True)
-    lines += _tile_loop(spec, f"{first} + s * {share} : min({last}, {first} + (s + 1) * {share})", packed=True)
-    lines += _EPILOGUE
-    lines += ["", *combine_kernel(spec, target, params, launch, scratch, packed=True)]
+             *kernel_header("attn_decode_partial", spec, target, params, launch=layout.launch), layout.grid(), *layout.scratch, ""]
+    lines += _query_block(spec, layout.o_part, layout.lse_part, packed)
+    lines += _tile_loop(spec, f"{layout.lo} : {layout.hi}", packed=packed)
+    lines += EPILOGUE
+    lines += ["", *combine_kernel(spec, target, params, layout)]
     return "\n".join(lines) + "\n"
 
 
-def combine_kernel(spec: AttentionSpec, target: Target, params: dict[str, int], launch: str, scratch: list[str], packed: bool) -> list[str]:
-    """Split-KV's second kernel, whole: its header, grid and scratch as the partial kernel's
-    (``launch``, ``scratch``), then the merge of the NSPLIT partial results (plain or packed rows)."""
-    header = [*_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=launch)]
-    if not packed:
-        return [*header, "grid b : B, h : Hq, m : cdiv(Sq, BM)", *scratch, "",
-                *_combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", "o_part[b, h, s]", "lse_part[b, h, s]")]
+def combine_kernel(spec: AttentionSpec, target: Target, params: dict[str, int], layout: SplitKVLayout) -> list[str]:
+    """Split-KV's second kernel, whole: its header, grid and scratch from the partial kernel's
+    ``layout``, then the merge of the NSPLIT partial results (plain or packed rows)."""
+    top = [*kernel_header("attn_decode_combine", spec, target, _combine_params(spec, params), scores=False, launch=layout.launch),
+              f"grid {layout.heads}, {layout.rows}", *layout.scratch, ""]
+    if not layout.packed:
+        return [*top, *_combine("(Sq, Dv)", "(Sq)", "o[b, h]", "lse[b, h]", layout.o_part, layout.lse_part)]
     pack = f" pack {_G}"
-    return [*header, f"grid b : B, hk : Hkv, m : cdiv({_PACKED_ROWS}, BM)", *scratch, "",
-            *_combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
-                      f"o_part[b, s, {_GROUP_HEAD}]{pack}", f"lse_part[b, s, {_GROUP_HEAD}]{pack}")]
+    return [*top, *_combine(f"({_PACKED_ROWS}, Dv)", f"({_PACKED_ROWS})", f"o[b, {_GROUP_HEAD}]{pack}", f"lse[b, {_GROUP_HEAD}]{pack}",
+                               layout.o_part + pack, layout.lse_part + pack)]
 
 
 def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: str, lse_part_at: str) -> list[str]:
@@ -388,7 +416,7 @@ def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: st
         "    Compute Multiply o_s, w and get o_w",
         "    Compute Add O_acc, o_w",
         "end",
-        *_EPILOGUE,
+        *EPILOGUE,
     ]
 
 
@@ -434,7 +462,7 @@ def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         out.append(Candidate(dict(p), why))
 
 
-def _split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int) -> str:
+def split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int) -> str:
     """Why the split count is what it is: the rule, and what it gives for the spec's own sizes."""
     splits = split_count(programs, math.ceil(spec.seqlen_k / bn), target.sm_count)
     return (f"split-KV with NSPLIT chosen at launch so {per_program}*NSPLIT programs cover the GPU's SMs about twice "
@@ -447,7 +475,7 @@ def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         return _packed_candidates(spec, target)
     bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
     programs = spec.batch * spec.heads  # Sq = 1 here (a group of 1): one row block per head
-    why = f"decode: BM=16 (the smallest MMA row count); {_split_reason(spec, target, programs, 'B*Hq', bn)}"
+    why = f"decode: BM=16 (the smallest MMA row count); {split_reason(spec, target, programs, 'B*Hq', bn)}"
     out = [Candidate(dict(BM=16, BN=bn, warps=4, stages=2), why)]
     if bn > 16:
         out.append(Candidate(dict(BM=16, BN=bn // 2, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))
@@ -461,7 +489,7 @@ def _packed_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     bm = min(64, max(16, 1 << (rows - 1).bit_length()))
     programs = spec.batch * spec.kv_heads * math.ceil(rows / bm)
     why = (f"packed GQA: the {spec.group_size} query heads of a K/V head x Sq={spec.seqlen_q} in BM={bm} rows, so K/V are read once per group; "
-           + _split_reason(spec, target, programs, "B*Hkv", bn))
+           + split_reason(spec, target, programs, "B*Hkv", bn))
     out = [Candidate(dict(BM=bm, BN=bn, warps=4, stages=2), why)]
     if bn > 16:
         out.append(Candidate(dict(BM=bm, BN=bn // 2, warps=4, stages=1), "narrower K/V tiles to fit shared memory"))

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 from ..spec import AttentionSpec
 from ..targets import Target
-from .builtin import (_EPILOGUE, _GROUP_HEAD, _PACKED_PROGRAMS, _PACKED_ROWS, _PROGRAMS, Candidate, Plan, _full_tiles, _header, _keep,
-                      _score_mods, _split_launch, _split_reason, _visible_tiles, checked_plans, combine_kernel, global_views, packs_gqa)
+from .builtin import (EPILOGUE, Candidate, Plan, checked_plans, combine_kernel, full_tiles, global_views, keep_condition, kernel_header,
+                      packs_gqa, score_mods, split_kv_layout, split_reason, visible_tiles)
 
 # Measured on the H200 (bench/RESULTS.md, 2026-12-01): the best schedule per head dim on the
 # 4k-token rows, with the ring as deep as shared memory allows at that tile.
@@ -86,9 +86,9 @@ def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, pa
             f"        Compute GEMM Qs, Ks[{slot}]^T and get S async",
             "        Wait GEMM S",
             "        Compute Multiply S, scale"]
-    body += [f"        Compute ScoreMod S with {m}" for m in _score_mods(spec, packed)]
+    body += [f"        Compute ScoreMod S with {m}" for m in score_mods(spec, packed)]
     if masked:
-        body.append(f"        Compute Mask S keep {_keep(spec, packed)}")
+        body.append(f"        Compute Mask S keep {keep_condition(spec, packed)}")
     body += ["        Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P",
              "        Compute Cast P to qkv",
              "        Reshape P from mma_c to mma_a",
@@ -102,13 +102,13 @@ def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, pa
 
 def hopper_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -> str:
     """The Hopper-form TL program for a prefill ``spec`` with ``params`` (see ``hopper_candidates``)."""
-    first, last = _visible_tiles(spec)
-    full = _full_tiles(spec)
+    first, last = visible_tiles(spec)
+    full = full_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner (Hopper form).",
              "# A load warp streams K and V by TMA into a ring of `stages` shared-memory slots; the compute warpgroups",
              "# wait for a slot, run both GEMMs from shared memory asynchronously and give the slot back.",
              # a schedule switch that is off is left out (parameters are positive)
-             *_header("attn_fwd", spec, target, {k: v for k, v in params.items() if v}), "grid m : cdiv(Sq, BM), b : B, h : Hq", "",
+             *kernel_header("attn_fwd", spec, target, {k: v for k, v in params.items() if v}), "grid m : cdiv(Sq, BM), b : B, h : Hq", "",
              *global_views("o[b, h]", "lse[b, h]"),
              "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS,
              "Allocate q_ready in barrier", *_KV_BARRIERS,
@@ -119,7 +119,7 @@ def hopper_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
         lines += _compute_loop(spec, f"{full} : {last}", first, masked=True)
     else:
         lines += _compute_loop(spec, f"{first} : {last}", first, masked=True)
-    lines += [f"    {line}" for line in _EPILOGUE] + ["end"] + _load_role(first, last, q_async=True)
+    lines += [f"    {line}" for line in EPILOGUE] + ["end"] + _load_role(first, last, q_async=True)
     return "\n".join(lines) + "\n"
 
 
@@ -165,7 +165,7 @@ def hopper_decode_candidates(spec: AttentionSpec, target: Target) -> list[Candid
     programs = spec.batch * (spec.kv_heads if packed else spec.heads) * -(-rows // 64)
     what = f"packed GQA ({spec.group_size} query heads x Sq={spec.seqlen_q} as the rows)" if packed else "decode"
     why = (f"Hopper-form {what}: a load warp keeps a {stages}-slot K/V ring in flight for one compute warpgroup (wgmma M = 64); "
-           + _split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn))
+           + split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn))
     out = [Candidate(dict(BM=64, BN=bn, warps=4, stages=stages), why)]
     p = dict(out[0].params)
     while p["stages"] > 2 or p["BN"] > 32:
@@ -178,33 +178,21 @@ def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     """Split-KV decode in the Hopper form: the partial kernel (program s of a row block takes the
     s-th share of the visible K/V tiles through the ring and stores its normalised O and LSE in
     scratch) and the combine kernel (the portable form: it only reads scratch), as ``builtin``'s."""
-    packed = packs_gqa(spec)
-    first, last = _visible_tiles(spec, packed)
-    share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
-    lo, hi = f"{first} + s * {share}", f"min({last}, {first} + (s + 1) * {share})"
-    launch = _split_launch(_PACKED_PROGRAMS if packed else _PROGRAMS)
-    if packed:
-        grid = f"grid m : cdiv({_PACKED_ROWS}, BM), b : B, hk : Hkv, s : NSPLIT"
-        scratch = ["scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"]
-        parts = f"o_part[b, s, {_GROUP_HEAD}]", f"lse_part[b, s, {_GROUP_HEAD}]"
-    else:
-        grid = "grid m : cdiv(Sq, BM), b : B, h : Hq, s : NSPLIT"
-        scratch = ["scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"]
-        parts = "o_part[b, h, s]", "lse_part[b, h, s]"
+    layout = split_kv_layout(spec, packs_gqa(spec))
     lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner (Hopper form).",
              "# Split-KV: NSPLIT programs per row block (chosen at launch) each stream a share of the visible K/V tiles",
              "# through a TMA ring into one compute warpgroup and store a partial output and log-sum-exp; the second",
              "# kernel merges the shares with the online softmax."
-             + (" Packed GQA: the rows are a K/V head's query heads x positions." if packed else ""),
-             *_header("attn_decode_partial", spec, target, params, launch=launch), grid, *scratch, "",
-             *global_views(*parts, packed=packed),
+             + (" Packed GQA: the rows are a K/V head's query heads x positions." if layout.packed else ""),
+             *kernel_header("attn_decode_partial", spec, target, params, launch=layout.launch), layout.grid(rows_first=True), *layout.scratch, "",
+             *global_views(layout.o_part, layout.lse_part, packed=layout.packed),
              "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS, *_KV_BARRIERS,
              "role compute warps 0 : warps", *_ROW_STATE,
              "    Copy Q (BM, D) at [m, 0] from global to shared Qs",  # a few rows (packed: gathered head by head): no TMA box
-             *_compute_loop(spec, f"{lo} : {hi}", lo, masked=True, packed=packed),
-             *(f"    {line}" for line in _EPILOGUE), "end",
-             *_load_role(lo, hi, q_async=False),
-             "", *combine_kernel(spec, target, params, launch, scratch, packed)]
+             *_compute_loop(spec, f"{layout.lo} : {layout.hi}", layout.lo, masked=True, packed=layout.packed),
+             *(f"    {line}" for line in EPILOGUE), "end",
+             *_load_role(layout.lo, layout.hi, q_async=False),
+             "", *combine_kernel(spec, target, params, layout)]
     return "\n".join(lines) + "\n"
 
 
