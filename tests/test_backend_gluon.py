@@ -162,7 +162,7 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_alibi", "hopper_decode", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_persistent", "hopper_alibi", "hopper_decode", "blackwell"}
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)
@@ -197,8 +197,9 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
 
     first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
     order = hopper_neighbours(first)
-    assert order[0] == first and len(order) == 24 and all(p["BM"] == 128 for p in order)
-    assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # both switches off: left out, not 0
+    assert order[0] == first and len(order) == 48 and all(p["BM"] == 128 for p in order)
+    assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # every switch off: left out, not 0
+    assert {**first, "persistent": 1} in order[:6]  # one switch away: among the nearest
     import torch
 
     if not torch.cuda.is_available():

@@ -124,8 +124,19 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
     if native:
         # The float64 reference materialises B x Hq x Sq x Sk scores on the host: keep that under ~50M.
         shapes += [CaseShape(2, 2 * g, 2, 1000, 1037), CaseShape(1, g, 1, 2048, 2048, "bshd"),
-                   CaseShape(3, 6, 6, 777, 1999), CaseShape(1, 2 * g, 2, 2049, 300, "bshd")]
+                   CaseShape(3, 6, 6, 777, 1999), CaseShape(1, 2 * g, 2, 2049, 300, "bshd"),
+                   _more_tiles_than_sms(g, bm, bn)]
     return shapes
+
+
+def _more_tiles_than_sms(g: int, bm: int, bn: int) -> CaseShape:
+    """Three row tiles per (b, h) and B x Hq such that there are about three times as many work
+    tiles as the GPU has SMs: a persistent kernel's programs (one per SM) each take several, so
+    what one carries from tile to tile (ring positions, barrier phases) is checked; a kernel with a
+    program per tile runs several waves."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    kv_heads = -(-3 * sms // (3 * 4 * g))  # B = 4, three row tiles per (b, h)
+    return CaseShape(4, kv_heads * g, kv_heads, 2 * bm + 5, 2 * bm + 2 * bn + 7, "bshd")
 
 
 def _mma_format(spec: AttentionSpec) -> str:

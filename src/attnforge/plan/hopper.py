@@ -33,6 +33,20 @@ _FIRST = {
 }
 
 
+def _persistent(spec: AttentionSpec, d: int) -> bool:
+    """Whether the first choice walks the work tiles persistently (sm_90; docs/TL.md section 11.5).
+    Measured on the H200 against the same kernel launched one program per tile (bench/RESULTS.md,
+    2026-12-01 run 5): faster without a mask whose bounds move with the row tile at D <= 128 (+1-9%)
+    and at D = 256 up to 1k keys (+4-6%; neutral at 4k); under a causal mask at D = 64 up to 4k keys
+    (+5-24%), slower at 16k keys and at D = 256 (a static share of unequal tiles), and at D = 128 it
+    spills (the compute warpgroups' registers are full)."""
+    if spec.is_decode or spec.window_left is not None or spec.window_right is not None:
+        return False
+    if spec.causal:
+        return d <= 64 and spec.seqlen_k <= 4096
+    return d <= 128 or spec.seqlen_k <= 1024
+
+
 # sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
 # loop as written (the wgmma schedules are not mapped to tcgen05). S and a 16-bit P live in tensor
 # memory; 4 warps hold a 128-column S tile plus O's rescale without spilling up to D = 64 (255
@@ -44,7 +58,7 @@ _FIRST_SM100 = {
 }
 
 
-HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap"})
+HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent"})
 
 
 def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
@@ -58,6 +72,9 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         first = dict(_FIRST[key])
         why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
                + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else ""))
+        if _persistent(spec, d):
+            first["persistent"] = 1
+            why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
     out = [Candidate(first, why)]
     p = dict(first)
     while p["stages"] > 2 or p["BN"] > 64:

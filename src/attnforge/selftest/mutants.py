@@ -23,8 +23,11 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),  # packed GQA (G = 2)
     # speculative decoding: Sq = 4 queries of G = 2 heads packed per K/V head, causal, ALiBi per packed row
     "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
-    # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS
-    "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
+    # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS; long enough
+    # (8k keys) that the planner launches one program per work tile
+    "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
+    # the same kernel persistent (1k keys: one program per SM walks the work tiles, the rings carried over), for GLUON_MUTANTS
+    "hopper_persistent": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
     # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
     "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
     # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
@@ -39,7 +42,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_persistent": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,13 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"\2m_i + gl.log2(l_i) * 0.6931471805599453",
            "the pre-fix natural-units softmax (bec40cc, caught by the GPU grid): its running max, kept as max(S) * log2(e), used as a "
            "natural-units shift; exact in O and the LSE until a row's scores are far below zero, then exp2 overflows"),
+    # persistent (one program per SM walks the work tiles): the ring position and Q's phase carried from tile to tile
+    Mutant("gluon_persistent_ring_restarts", "hopper_persistent", "kernel", r"^(\s*)it \+= hi - \(lo\)$", r"\1it += 0",
+           "the compute warpgroups start each work tile at ring position 0 while the load warp carries on: they wait on slots "
+           "and phases of another tile's copies"),
+    Mutant("gluon_persistent_q_phase_stuck", "hopper_persistent", "kernel", r"mbarrier\.wait\(q_ready, \(\(0\) \+ tiles\) % 2\)",
+           "mbarrier.wait(q_ready, 0)",
+           "the wait for Q keeps phase 0: from the second work tile on it passes at once and the GEMMs read the previous tile's Q"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),

@@ -99,8 +99,8 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
     the schedule switches (BM stays 128: two warpgroups of 64 rows, wgmma's smallest M per warpgroup)."""
-    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1]}
-    return _nearest_first(first, axes, ("pingpong", "overlap"))
+    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1], "persistent": [0, 1]}
+    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent"))
 
 
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:

@@ -72,7 +72,10 @@ class GluonBackend(Backend):
         from ...analysis import STRATEGY_PARAMS
 
         why = "the gluon backend's kernels always load by TMA, in warp-specialised roles the TL states itself"
-        return {s: why for s in STRATEGY_PARAMS}
+        refused = {s: why for s in STRATEGY_PARAMS if s != "persistent"}
+        if target.cc[0] != 9:  # (a Hopper-form schedule parameter: docs/TL.md section 11.5)
+            refused["persistent"] = f"{target.sm}: the gluon backend walks work tiles persistently in its sm_90 (wgmma) prefill kernel only"
+        return refused
 
     def translate(self, program: n.Program, *, head_dim: int, head_dim_v: int, file: str | None = None) -> Translation:
         module = translate(program, head_dim=head_dim, head_dim_v=head_dim_v, file=file)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from ...tl import nodes as n
 from ...tl.printer import expr as show_expr
 from ...tl.printer import stmt as stmt_lines
-from .shape import TileLoop, _fail
+from .shape import Q_FREE_NAME, TileLoop, _fail
 from ...analysis import LN2, LOG2E
-from .writer import Q_STRIDES, Writer, shared_args
+from .writer import Q_STRIDES, Writer, next_work_tile, shared_args, work_tiles
 
 
 def _folded(m: Writer, loop: TileLoop) -> bool:
@@ -94,15 +94,15 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
 
 def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
     """The TL's Wait for tile ``at`` (the loop's own tile, the next one, the first or the last)."""
-    index = n.substitute(w.barrier.index, var, at) if w.barrier.index is not None else None
-    placed = n.Wait(n.BarrierRef(w.barrier.name, index), n.substitute(w.phase, var, at))
+    index = m.ring_at(w.barrier.index, var, at) if w.barrier.index is not None else None
+    placed = n.Wait(n.BarrierRef(w.barrier.name, index), m.ring_at(w.phase, var, at))
     m.emit(f"# TL: {stmt_lines(w)[0].strip()}" + ("" if placed == w else f"  (for tile {show_expr(at)}: {stmt_lines(placed)[0].strip()})"), indent)
     m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
 
 
 def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.qk, indent)
-    slot = m.dev(n.substitute(t.qk.b_index, t.loop.var, at))
+    slot = m.dev(m.ring_at(t.qk.b_index, t.loop.var, at))
     m.emit(f"k_t = {t.qk.b}.index({slot}).reshape([BN, D]).permute((1, 0))", indent)
     m.emit("S = warpgroup_mma(q_t, k_t, gl.zeros([HM, BN], gl.float32, s_layout), use_acc=False, is_async=True)", indent)
 
@@ -111,7 +111,7 @@ def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.p_reshape, indent)
     m.emit("p = gl.convert_layout(P, p_layout)", indent)
     m.tl(t.pv, indent)
-    slot = m.dev(n.substitute(t.pv.b_index, t.loop.var, at))
+    slot = m.dev(m.ring_at(t.pv.b_index, t.loop.var, at))
     m.emit(f"v_t = {t.pv.b}.index({slot}).reshape([BN, Dv])", indent)
     m.emit("acc = warpgroup_mma(p, v_t, acc, is_async=True)", indent)
 
@@ -119,7 +119,7 @@ def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
 def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.tl(t.release, indent)
     ref = t.release.barrier
-    m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, n.substitute(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
+    m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, m.ring_at(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
 
 
 def _turn(m: Writer, indent: int, take: bool) -> None:
@@ -152,7 +152,10 @@ def tile_bounds(m: Writer) -> None:
         _gather_q(m, hk.q_load)
     else:
         m.tl(hk.q_wait, 1)
-        m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {m.dev(hk.q_wait.phase)})", 1)
+        phase = m.dev(hk.q_wait.phase)
+        if hk.persistent:  # Q's barrier completes once per work tile (shape checks): the phase moves on by the tiles done
+            phase = f"(({phase}) + tiles) % 2"
+        m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {phase})", 1)
     for loop in hk.loops:
         m.tl(loop.loop, 1)
     m.emit(f"lo = {m.dev(hk.loops[0].loop.start)}", 1)
@@ -184,7 +187,7 @@ def compute_fn(m: Writer) -> None:
     rt = ", ".join(m.runtime_args())
     shared = ", ".join(shared_args(hk))
     m.emit("@gluon.jit")
-    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {rt}, SCALE_POSITIVE: gl.constexpr):")
+    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {', '.join(m.role_args())}, SCALE_POSITIVE: gl.constexpr):")
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
     m.emit("# Each warpgroup set owns HM rows; WG is its index (0 without pingpong).", 1)
     m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
@@ -193,11 +196,15 @@ def compute_fn(m: Writer) -> None:
     m.emit("row_o: gl.constexpr = gl.SliceLayout(1, o_layout)", 1)
     q_name = hk.loops[0].qk.a
     m.emit(f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
+    m.emit("turns = 0", 1)
+    if hk.persistent:
+        m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
+        m.emit("tiles = 0  # work tiles done: Q's barriers complete once per work tile", 1)
+        m.depth += work_tiles(m, 1)
     m.emit("rows = m * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))", 1)
     row_state(m)
     m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
     m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
-    m.emit("turns = 0", 1)
     tile_bounds(m)
     if hk.overlap:
         m.emit("if lo < hi:  # the first tile's scores, before the loop", 1)
@@ -219,6 +226,7 @@ def compute_fn(m: Writer) -> None:
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, J, 2)
         m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+        _give_q_back(m)
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
         last = n.Binary("-", n.Name("hi"), n.Num(1))
         _wait_tile(m, t.v_wait, j, last, 2)
@@ -244,8 +252,19 @@ def compute_fn(m: Writer) -> None:
         m.tl(n.WaitGemm(t.pv.out), 2)
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, J, 2)
+        _give_q_back(m)
     _epilogue(m)
+    if hk.persistent:
+        next_work_tile(m, "lo", "hi", 1)
+        m.depth = 0
     m.emit()
+
+
+def _give_q_back(m: Writer) -> None:
+    """A persistent kernel's compute warpgroups are done with Qs once the work tile's last QK^T GEMM
+    is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run."""
+    if m.hk.persistent:
+        m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 1)
 
 
 def _epilogue(m: Writer) -> None:

@@ -23,13 +23,13 @@ from ...abi import ARG_SHAPES, INT_SCALARS, SIZE_ARGS, arg_format
 from ...dtypes import torch_dtype
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
-from ..triton.exprs import ExprContext, device, host
+from ..triton.exprs import ExprContext, host
 from ..triton.launcher import KernelInfo
 from ..triton.launcher import check_host_name
 from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn
-from .shape import _fail
-from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, shared_args
+from .shape import Q_FREE_NAME, _fail
+from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
 
 # ---------------------------------------------------------------------- the load role
 
@@ -51,48 +51,55 @@ def _tma_coord(m: Writer, s: n.Copy) -> str:
     return "[" + ", ".join(lead + tail) + "]"
 
 
-def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int) -> None:
+def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int, ring_var: str | None = None) -> None:
+    """The load role's statements in order; ``ring_var``: the K/V loop's variable, whose ring slots
+    and phases ``Writer.ring_at`` places (a persistent role's move on from work tile to work tile)."""
+    at = (lambda e: m.ring_at(e, ring_var, n.Name(ring_var)) if e is not None else None) if ring_var else (lambda e: e)
     for s in body:
         m.tl(s, indent)
         if isinstance(s, n.Copy) and s.signal is not None:
             desc = f"{m.hk.views[s.src].tensor}_desc"
-            bar = m.bar(s.signal)
+            bar = m.bar(n.BarrierRef(s.signal.name, at(s.signal.index)))
+            if m.hk.persistent and s.signal == m.hk.q_wait.barrier:
+                m.emit(f"mbarrier.wait({Q_FREE_NAME}, (tiles + 1) % 2)  # the previous work tile's QK^T GEMMs are done with Qs", indent)
             m.emit(f"mbarrier.expect({bar}, {desc}.block_type.nbytes)", indent)
-            m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s)}, {bar}, {m.ring_ref(s.dst, s.dst_index)})", indent)
+            m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s)}, {bar}, {m.ring_ref(s.dst, at(s.dst_index))})", indent)
         elif isinstance(s, n.Wait):
-            m.emit(f"mbarrier.wait({m.bar(s.barrier)}, {m.dev(s.phase)})", indent)
+            m.emit(f"mbarrier.wait({m.bar(n.BarrierRef(s.barrier.name, at(s.barrier.index)))}, {m.dev(at(s.phase))})", indent)
         elif isinstance(s, n.Arrive):
             m.emit(f"mbarrier.arrive({m.bar(s.barrier)}, count=1)", indent)
         elif isinstance(s, n.Loop):
             m.emit(f"for {s.var} in range({m.dev(s.start)}, {m.dev(s.stop)}):", indent)
-            _load_block(m, s.body, indent + 1)
+            _load_block(m, s.body, indent + 1, s.var if m.hk.persistent else None)
         else:
             _fail(s, f"{type(s).__name__} in the load role: it issues TMA copies and waits for free slots only", m.file)
+
+
+def _persistent_load(m: Writer) -> None:
+    """The load role of a persistent kernel: the TL's statements once per work tile; before Q's copy
+    it waits for the compute warpgroups to give Qs back, and its ring position moves on by each work
+    tile's K/V tiles (``shape`` checks that the one loop walks the compute role's tiles)."""
+    loop = next(s for s in m.hk.load.body if isinstance(s, n.Loop))
+    m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
+    m.emit("tiles = 0  # work tiles done: Q's barriers complete once per work tile", 1)
+    m.depth += work_tiles(m, 1)
+    _load_block(m, m.hk.load.body, 1)
+    next_work_tile(m, m.dev(loop.start), m.dev(loop.stop), 1)
+    m.depth = 0
 
 
 # ---------------------------------------------------------------------- the kernel and the module
 
 def _grid(m: Writer) -> tuple[list[str], str]:
-    """Kernel lines that recover the grid coordinates from program_id(0), and the host's grid
-    size: every TL axis flattened onto x (CUDA's y and z stop at 65535), the first (the row
-    tiles m) fastest, so that the tiles of one (b, h) run together and share K/V in L2; m counted
-    down: under a causal mask the last row tiles see the most keys, and launched first they leave
-    the short ones to fill the grid's tail."""
-    axes = m.hk.kernel.grid
-    ctx = m.ctx()
+    """Kernel lines that recover the grid coordinates from program_id(0) (``tile_coordinates``; none
+    where the roles walk the work tiles themselves, ``persistent``), and the host's grid size: one
+    program per work tile, or per SM at most when persistent."""
     hctx = host_ctx(m)
-    if len(axes) == 1:
-        return [f"{axes[0].name} = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest causal row tiles first"], host(axes[0].extent, hctx)
-    first = device(axes[0].extent, ctx)
-    kernel = ["pid = gl.program_id(0)",
-              f"{axes[0].name} = ({first}) - 1 - pid % ({first})  # heaviest causal row tiles first",
-              f"rest = pid // ({first})"]
-    for i, ax in enumerate(reversed(axes[1:])):
-        last = i == len(axes) - 2
-        kernel.append(f"{ax.name} = rest" if last else f"{ax.name} = rest % ({device(ax.extent, ctx)})")
-        if not last:
-            kernel.append(f"rest = rest // ({device(ax.extent, ctx)})")
-    return kernel, " * ".join(f"({host(ax.extent, hctx)})" for ax in axes)
+    tiles = " * ".join(f"({host(ax.extent, hctx)})" for ax in m.hk.kernel.grid)
+    if m.hk.persistent:
+        return [], f"min({tiles}, program_slots(q.device))"
+    return (["pid = gl.program_id(0)", *tile_coordinates(m, "pid")] if len(m.hk.kernel.grid) > 1
+            else tile_coordinates(m, "gl.program_id(0)")), tiles
 
 
 def host_ctx(m: Writer, kernel: n.Kernel | None = None, params: dict[str, int] | None = None) -> ExprContext:
@@ -140,11 +147,15 @@ def _kernel_fn(m: Writer) -> None:
         m.emit("mbarrier.init(turn.index(0), count=1)", 1)
         m.emit("mbarrier.init(turn.index(1), count=1)", 1)
         m.emit("mbarrier.arrive(turn.index(0), count=1)", 1)
+    if hk.persistent:
+        m.emit("# persistent: Qs is given back once per work tile, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
+        m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
+        m.emit(f"mbarrier.init({Q_FREE_NAME}, count={2 if hk.pingpong else 1})", 1)
     if hk.blackwell:
         tcgen05.kernel_allocations(m, 1)
     m.emit("fence_async_shared()", 1)
     shared = ", ".join(shared_args(hk))
-    args = ", ".join(rt)
+    args = ", ".join(m.role_args())
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}", 1)
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
     tmem = "".join(f"{a}, " for a in tcgen05.TMEM_ARGS) if hk.blackwell else ""
@@ -305,6 +316,12 @@ def _combine(program: n.Program, head_dim: int, head_dim_v: int, file: str | Non
     return Combine(kernel, info, lines)
 
 
+def _l2_kv_bytes(kernel: n.Kernel) -> int:
+    from ...targets import get_target
+
+    return get_target(kernel.target or "sm_90").l2_bytes // 2
+
+
 def _helper_source(name: str) -> str:
     from ..triton.exprs import HELPER_SOURCE
 
@@ -337,9 +354,12 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     softmax_fn(m, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
     (tcgen05.compute_fn if hk.blackwell else compute_fn)(m)
     m.emit("@gluon.jit")
-    m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.runtime_args())}):")
+    m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.role_args())}):")
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
-    _load_block(m, hk.load.body, 1)
+    if hk.persistent:
+        _persistent_load(m)
+    else:
+        _load_block(m, hk.load.body, 1)
     m.emit()
     _kernel_fn(m)
     _launch_fn(m, combine)
@@ -363,7 +383,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
         "from attnforge.backends.gluon.runtime import tma_descriptor",
         "from attnforge.errors import LaunchError",
-        "from attnforge.backends.triton.launching import launch_kernel" + (", program_slots, scratch" if combine is not None else ""),
+        "from attnforge.backends.triton.launching import launch_kernel" + (", program_slots, scratch" if combine is not None else "")
+        + (", program_slots" if hk.persistent else ""),
         "from attnforge.backends.triton.runtime import check_arguments" + (", split_count" if combine is not None else "")
         + (", window_bound" if {"window_left", "window_right"} & set(m.scalars) else ""),
         "",
@@ -388,6 +409,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         f"HM = gl.constexpr({hk.params['BM'] // nwg})",
         f"WG_WARPS = gl.constexpr({warps // nwg})",
         f"DTYPE = gl.constexpr({GL_DTYPE[qkv]})",
+        *([f"L2_KV_BYTES = gl.constexpr({_l2_kv_bytes(kernel)})  # half of the target's L2: the K/V a section of work tiles shares (persistent)",
+           "ELEMENT_BYTES = gl.constexpr(2)"] if hk.persistent and rows_slowest(m) else []),
         "",
     ]
     helpers = [_helper_source(h) for h in ("floordiv", "floormod", "tanh") if h in m.helpers]

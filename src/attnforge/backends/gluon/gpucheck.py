@@ -1,6 +1,6 @@
 """GPU check of the Gluon backend (run on a Hopper or Blackwell machine from the repository root):
 
-    PYTHONPATH=src:.gpu_deps python3 -m attnforge.backends.gluon.gpucheck --out $OUT [--phase mutants,ab]
+    PYTHONPATH=src:.gpu_deps python3 -m attnforge.backends.gluon.gpucheck --out $OUT [--phase mutants,ab] [--mutants NAME,...]
 
 mutants: the Gluon mutants of selftest/mutants.py (a dropped barrier wait, a wrong phase, a wrong
 stage index; on sm_100 a dropped MMA wait, an accumulator overwritten, a rescale dropped) whose
@@ -62,7 +62,7 @@ def _verify_one(module: Path, spec_key: str, params: dict) -> None:
     exit_with_verdict(verify(GluonKernel(module), spec, params, target=get_target(target)))
 
 
-def phase_mutants(out: Path) -> list[dict]:
+def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
     import torch
 
     from ...selftest.child import verify_in_child
@@ -75,6 +75,8 @@ def phase_mutants(out: Path) -> list[dict]:
     here = torch.cuda.get_device_capability()[0]
     mutants = []
     for m in GLUON_MUTANTS:  # a mutant runs on its spec's GPU family only (a tcgen05 kernel needs sm_100)
+        if only and m.name not in only:
+            continue
         target = get_target(SPECS[m.spec][1])
         if target.cc[0] != here:
             rows.append(dict(name=m.name, skipped=f"needs {target.sm}"))
@@ -138,6 +140,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="out/gluon-gpucheck")
     ap.add_argument("--phase", default="mutants,ab")
+    ap.add_argument("--mutants", default="", help="comma-separated mutant names: run these (and their controls) only")
     ap.add_argument("--verify-one", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--params", help=argparse.SUPPRESS)
@@ -148,7 +151,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {}
-    for phase, fn in (("mutants", phase_mutants), ("ab", phase_ab)):
+    only = set(filter(None, args.mutants.split(",")))
+    for phase, fn in (("mutants", lambda out: phase_mutants(out, only)), ("ab", phase_ab)):
         if phase in args.phase.split(","):
             result[phase] = fn(out)
             (out / "gluon_gpucheck.json").write_text(json.dumps(result, indent=1, default=str))

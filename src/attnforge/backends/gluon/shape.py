@@ -32,7 +32,9 @@ from typing import NoReturn
 
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
+from ...tl.printer import expr as show_expr
 
+Q_FREE_NAME = "q_free"  # the barrier a persistent kernel's translator adds: the compute role is done reading Qs for a work tile
 FORM_HINT = "the gluon backend translates the built-in planner's Hopper form (attnforge generate --backend gluon writes one to start from)"
 
 
@@ -84,6 +86,11 @@ class HopperKernel:
     @property
     def overlap(self) -> bool:
         return bool(self.params.get("overlap", 0))
+
+    @property
+    def persistent(self) -> bool:
+        """One program per SM walks the grid's work tiles, each role carrying its ring position over."""
+        return bool(self.params.get("persistent", 0))
 
     @property
     def blackwell(self) -> bool:
@@ -246,6 +253,8 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
               "warpgroups and 16 rows per warp (BM = 128 with 8 warps)", file)
     if hk.overlap and hk.params.get("stages", 1) < 2:
         _fail(kernel, "overlap = 1 needs stages >= 2: tile j + 1's K is waited for before tile j's slot is given back", file)
+    if hk.persistent:
+        _check_persistent(hk, file)
     got = [type(s).__name__ for s in hk.epilogue]
     if got != ["Normalize", "LogSumExp", "Copy", "Copy"]:
         _fail(hk.compute, f"after the tile loops the gluon backend takes Normalize, LogSumExp and the stores of O and LSE; found {', '.join(got)}", file)
@@ -258,6 +267,46 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         if copy.src != src or view is None or view.tensor != tensor or tuple(copy.coord or ()) != coord:
             _fail(copy, f"the store of {tensor} must copy {src} at [{', '.join('m' if isinstance(c, n.Name) else '0' for c in coord)}] "
                   f"to the view of {tensor}", file)
+
+
+def _check_persistent(hk: HopperKernel, file: str | None) -> None:
+    """What a persistent kernel (``persistent = 1``) assumes so that one program may run the TL's
+    work tiles one after another on the same rings and barriers: Q's barrier completes once per work
+    tile (one TMA copy outside the loops), the load role walks exactly the compute role's K/V tiles,
+    and each ring index is a position counted from the loop's start, (j - start) % R, so that the
+    position carries over to the next work tile (``Writer.ring_at``)."""
+    if hk.split_kv or hk.blackwell:
+        what = "a split-KV partial kernel (its grid is sized by the split rule)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
+        _fail(hk.kernel, f"persistent = 1 on {what}: the gluon backend walks work tiles persistently in the sm_90 prefill kernel only",
+              file, hint="leave persistent out of the param line")
+    if Q_FREE_NAME in hk.barriers:
+        _fail(hk.barriers[Q_FREE_NAME], f"a barrier named {Q_FREE_NAME}: a persistent kernel's translator adds one of that name", file)
+    q_bar = hk.q_wait.barrier
+    q_copies = [s for s in n.walk(hk.load.body) if isinstance(s, n.Copy) and s.signal is not None and s.signal.name == q_bar.name]
+    if q_bar.index is not None or len(q_copies) != 1 or q_copies[0] not in hk.load.body:
+        _fail(hk.q_wait, f"persistent = 1: {q_bar.name} must be one barrier that one TMA copy outside the load role's loop signals "
+              "(it then completes once per work tile)", file)
+    loops = [s for s in hk.load.body if isinstance(s, n.Loop)]
+    start, stop = hk.loops[0].loop.start, hk.loops[-1].loop.stop
+    if len(loops) != 1 or (loops[0].start, loops[0].stop) != (start, stop):
+        _fail(hk.load, "persistent = 1: the load role's one K/V loop must walk the compute role's tiles (the same start and stop), so "
+              "that both roles' ring positions move on alike from one work tile to the next", file)
+    ring_refs: list[tuple[n.Node, n.Expr | None, n.Loop]] = []
+    for t in hk.loops:
+        for s, e in ((t.k_wait, t.k_wait.barrier.index), (t.qk, t.qk.b_index), (t.v_wait, t.v_wait.barrier.index),
+                     (t.pv, t.pv.b_index), (t.release, t.release.barrier.index)):
+            ring_refs.append((s, e, t.loop))
+    for s in n.walk(loops[0].body):
+        if isinstance(s, n.Wait):
+            ring_refs.append((s, s.barrier.index, loops[0]))
+        elif isinstance(s, n.Copy):
+            ring_refs += [(s, s.dst_index, loops[0]), (s, s.signal.index if s.signal else None, loops[0])]
+    for s, e, loop in ring_refs:
+        position = n.Name(loop.var) if start == n.Num(0) else n.Binary("-", n.Name(loop.var), start)
+        if not (isinstance(e, n.Binary) and e.op == "%" and e.left == position):
+            _fail(s, f"persistent = 1: a ring index must be the tile's position in the loop, ({loop.var} - start) % R "
+                  f"({'j % R' if start == n.Num(0) else f'({loop.var} - ({show_expr(start)})) % R'} here), so that it carries over to the "
+                  "next work tile", file)
 
 
 # The grids the emitted kernel recovers from its program id: a prefill's, and a split-KV partial

@@ -11,7 +11,7 @@ from ...analysis import Base2, base2_softmax
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
 from ..triton.exprs import ExprContext, device
-from .shape import HopperKernel, _fail
+from .shape import Q_FREE_NAME, HopperKernel, _fail
 
 
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
@@ -45,6 +45,7 @@ class Writer:
     file: str | None
     lines: list[str] = field(default_factory=list)
     helpers: set[str] = field(default_factory=set)
+    depth: int = 0  # added to every line's indent: 1 inside a persistent role's loop over work tiles
 
     # ------------------------------------------------------------------ names and expressions
     @property
@@ -99,9 +100,15 @@ class Writer:
             out += ["alibi_slopes", "sa"]
         return out
 
+    def role_args(self) -> list[str]:
+        """What the kernel passes its roles: the runtime values, less the grid coordinates where the
+        roles walk the work tiles themselves (``persistent``)."""
+        rt = self.runtime_args()
+        return [a for a in rt if a not in self.grid_names] if self.hk.persistent else rt
+
     def ctx(self, extra: dict[str, str] | None = None) -> ExprContext:
-        # all >= 0 (tiles count up from lo >= 0)
-        sizes = (*self.grid_names, *self.hk.kernel.launch_names(), "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", *self._loop_vars)
+        # all >= 0 (tiles count up from lo >= 0; ``it``: a persistent role's ring position at its work tile's first K/V tile)
+        sizes = (*self.grid_names, *self.hk.kernel.launch_names(), "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "lo", "hi", "it", *self._loop_vars)
         names = {x: x for x in (*sizes, *self.scalars, *self.hk.params)}
         names.update(extra or {})
         nonneg = {*sizes, *self.hk.params, *(s for s in self.scalars if s in INT_SCALARS)}
@@ -124,10 +131,17 @@ class Writer:
         return self.ring_ref(ref.name, ref.index, extra)
 
     def emit(self, line: str = "", indent: int = 0) -> None:
-        self.lines.append("    " * indent + line if line else "")
+        self.lines.append("    " * (indent + self.depth) + line if line else "")
 
     def tl(self, s: n.Stmt, indent: int) -> None:
         self.emit(f"# TL: {stmt_lines(s)[0].strip()}", indent)
+
+    def ring_at(self, e: n.Expr, var: str, at: n.Expr) -> n.Expr:
+        """A ring slot or phase expression of a K/V tile loop (over ``var``) for tile ``at``. A
+        persistent role's ring does not start over at each work tile: the TL's position of the tile
+        in its work tile's loop moves on by ``it``, the K/V tiles of the program's earlier work tiles
+        (``shape`` checks the TL writes slots as (j - start) % R, so that ``j + it`` is the position)."""
+        return n.substitute(e, var, n.Binary("+", at, n.Name("it")) if self.hk.persistent else at)
 
 
 def _all_indexes(kernel: n.Kernel) -> list[n.Index]:
@@ -148,6 +162,79 @@ def _stmt_exprs(s: n.Stmt) -> list[n.Expr]:
     return []
 
 
+def tile_coordinates(m: Writer, index: str) -> list[str]:
+    """Kernel lines that recover the grid coordinates from the flat work-tile number ``index``: every
+    TL axis flattened onto one (CUDA's y and z stop at 65535), the row tiles m counted down (under a
+    causal mask the last row tiles see the most keys: started first, they leave the short ones for
+    the end). The row tiles go fastest, so that the tiles of one (b, h) run together and share K/V
+    in L2 -- except in a persistent kernel whose tile loop's bounds depend on m (``rows_slowest``)."""
+    axes = list(m.hk.kernel.grid)
+    rows, others = axes[0], axes[:0:-1]  # (the others: the last TL axis fastest)
+    nm = m.dev(rows.extent)
+    if len(axes) == 1:
+        return [f"{rows.name} = {nm} - 1 - {index}  # heaviest causal row tiles first"]
+    lines, rest = [], index
+    if m.hk.persistent and rows_slowest(m):
+        heads = " * ".join(f"({m.dev(ax.extent)})" for ax in others)
+        lines += [f"heads = {heads}",
+                  "group = gl.minimum(heads, gl.maximum(1, L2_KV_BYTES // (Sk * (D + Dv) * ELEMENT_BYTES)))  # (b, h) whose K/V fit L2 together",
+                  f"section = {index} // (group * ({nm}))",
+                  f"within = {index} % (group * ({nm}))",
+                  "width = gl.minimum(group, heads - section * group)  # (the last section may have fewer)",
+                  f"{rows.name} = ({nm}) - 1 - within // width  # heaviest causal row tiles first",
+                  "rest = section * group + within % width"]
+        order, rest = others, "rest"
+    else:
+        order = [rows, *others]
+    for i, ax in enumerate(order):
+        value = rest if i == len(order) - 1 else f"{rest} % ({m.dev(ax.extent)})"
+        lines.append(f"{ax.name} = ({nm}) - 1 - {value}  # heaviest causal row tiles first" if ax is rows else f"{ax.name} = {value}")
+        if i < len(order) - 1:
+            lines.append(f"rest = {rest} // ({m.dev(ax.extent)})")
+            rest = "rest"
+    return lines
+
+
+def rows_slowest(m: Writer) -> bool:
+    """Whether a persistent kernel walks its work tiles row tile by row tile: where the tile loop's
+    bounds depend on m (a causal mask, a window), the tiles' work differs, and each program, taking
+    every num_programs-th tile, gets its share of the heavy ones first if the row tiles go slowest.
+    Those go by sections of (b, h) whose K/V fit in half of L2 together (``L2_KV_BYTES``), so that the
+    programs running at once still read the same K/V."""
+    loop = m.hk.loops
+    return "m" in n.expr_names(loop[0].loop.start) | n.expr_names(loop[-1].loop.stop)
+
+
+def work_tiles(m: Writer, indent: int) -> int:
+    """A persistent role's loop over its work tiles (``tile``: the program's id, stride the programs
+    launched, one per SM) and each tile's grid coordinates; returns the levels opened, the caller
+    emits the tile's body that much deeper. Where the tiles' work differs (``rows_slowest``), the
+    programs take each sweep of num_programs tiles in turn from either end: a sweep's tiles run
+    from heavier to lighter, and a program that took a heavier one takes a lighter one next."""
+    total = " * ".join(f"({m.dev(ax.extent)})" for ax in m.hk.kernel.grid)
+    if not rows_slowest(m):
+        m.emit(f"for tile in range(gl.program_id(0), {total}, gl.num_programs(0)):  # persistent: one program per SM walks the work tiles", indent)
+        opened = 1
+    else:
+        m.emit("pid = gl.program_id(0)", indent)
+        m.emit("programs = gl.num_programs(0)", indent)
+        m.emit(f"for sweep in range(0, gl.cdiv({total}, programs)):  # persistent: one program per SM walks the work tiles", indent)
+        m.emit("tile = sweep * programs + pid + (sweep % 2) * (programs - 1 - 2 * pid)  # odd sweeps from the other end", indent + 1)
+        m.emit(f"if tile < {total}:", indent + 1)
+        opened = 2
+    for line in tile_coordinates(m, "tile"):
+        m.emit(line, indent + opened)
+    return opened
+
+
+def next_work_tile(m: Writer, start: str, stop: str, indent: int) -> None:
+    """The end of a persistent role's work tile: its ring position moves on by the K/V tiles the
+    tile's loop took (``start`` .. ``stop``, none if empty), and one more tile is done."""
+    m.emit(f"if {stop} > {start}:", indent)
+    m.emit(f"it += {stop} - ({start})", indent + 1)
+    m.emit("tiles += 1", indent)
+
+
 def const(m: Writer, e: n.Expr) -> int:
     from ...tl.evaluate import evaluate
 
@@ -155,5 +242,6 @@ def const(m: Writer, e: n.Expr) -> int:
 
 
 def shared_args(hk: HopperKernel) -> list[str]:
-    """The shared buffers and barriers every role takes (and the turn barriers in ping-pong)."""
-    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else [])]
+    """The shared buffers and barriers every role takes (and the barriers the translator adds: the
+    turns of ping-pong, Q's slot given back in a persistent kernel)."""
+    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else []), *([Q_FREE_NAME] if hk.persistent else [])]

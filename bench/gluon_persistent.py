@@ -1,0 +1,162 @@
+"""The gluon backend's prefill kernel with and without ``persistent = 1`` (one program per SM walks the
+work tiles, its rings carried over), each verified natively, then timed side by side with cuDNN.
+
+Usage (on an H100/H200, from the repository root; carry .gpu_deps):
+    PYTHONPATH=src:.gpu_deps python3 bench/gluon_persistent.py --out $OUT [--rows s1k,d256] [--jobs 8]
+
+For each prefill row of the bench matrix (``--rows``: name substrings; default all): the parameters the
+tuning database holds for the gluon backend on the row's bucket (the planner's first choice if none),
+and the same with persistent = 1. Phase 1 builds and verifies every kernel (``verify.verify``: the
+gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own, and
+also verifies persistent = 1 on the feature specs below (window, ALiBi, softcap, GQA/MQA, odd lengths,
+both causal alignments), which are not timed. Phase 2, one process: per row, cuDNN (SDPA), the
+database's kernel and the persistent one timed in turns (CUDA events, ``do_bench`` median, L2 flushed),
+``--rounds`` rounds, the median of the round medians. Writes persistent.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+# (name, AttentionSpec keywords): persistent = 1 verified beyond the bench rows' plain causal and full
+FEATURES = (
+    ("gqa_causal_odd", dict(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=1000, seqlen_k=1000)),
+    ("full_odd_fp16_d64", dict(heads=4, kv_heads=4, head_dim=64, dtype="fp16", seqlen_q=777, seqlen_k=1031)),
+    ("d256_causal", dict(heads=4, kv_heads=2, head_dim=256, dtype="bf16", causal=True, seqlen_q=1000, seqlen_k=1000)),
+    ("topleft", dict(heads=4, kv_heads=1, head_dim=128, dtype="bf16", causal=True, causal_align="top_left", seqlen_q=300, seqlen_k=900)),
+    ("sq_gt_sk", dict(heads=2, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=900, seqlen_k=300)),
+    ("window", dict(heads=4, kv_heads=2, head_dim=64, dtype="bf16", window_left=128, window_right=0, seqlen_q=1000, seqlen_k=1000)),
+    ("alibi", dict(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, alibi_slopes="auto", seqlen_q=600, seqlen_k=600)),
+    ("softcap", dict(heads=4, kv_heads=2, head_dim=128, dtype="bf16", softcap=20.0, seqlen_q=600, seqlen_k=600)),
+    ("mqa_b3", dict(batch=3, heads=8, kv_heads=1, head_dim=128, dtype="bf16", causal=True, seqlen_q=257, seqlen_k=513)),
+)
+
+
+def _params(spec) -> dict[str, int]:
+    from attnforge.plan.hopper import hopper_candidates
+    from attnforge.targets import get_target
+    from attnforge.tune import database
+
+    entry = database.lookup(spec, "h200", "gluon")
+    return dict(entry.params) if entry is not None else dict(hopper_candidates(spec, get_target("h200"))[0].params)
+
+
+def _build_and_verify(job: tuple[str, dict, dict, str]) -> dict:
+    """Child: translate the Hopper-form plan with ``params``, verify it natively, and launch it once on
+    the row's shape (``shape``: spec keywords or None) so that phase 2 finds it compiled."""
+    name, spec_kw, params, out = job
+    from attnforge.backends.gluon import GluonBackend
+    from attnforge.backends.gluon.kernel import GluonKernel
+    from attnforge.plan.builtin import Candidate
+    from attnforge.plan.hopper import hopper_plans
+    from attnforge.spec import AttentionSpec
+    from attnforge.targets import get_target
+    from attnforge.verify import verify
+
+    t0 = time.time()
+    spec, target = AttentionSpec(**spec_kw), get_target("h200")
+    try:
+        plan = next(hopper_plans(spec, target, prefer=Candidate(params, "asked for")))
+        if plan.params != params:
+            return dict(name=name, params=params, ok=False, why=f"the checker refused {params}; the planner fell back to {plan.params}")
+        tr = GluonBackend().translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
+        path = Path(out) / "src" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(tr.source)
+        record = verify(GluonKernel(path), spec, params, target=target, fail_fast=True)
+        return dict(name=name, params=params, ok=record.passed, why=record.statement, module=str(path),
+                    err_o=record.max_err_o, seconds=round(time.time() - t0, 1))
+    except Exception as e:  # noqa: BLE001 -- a failure is a row of the table, not the end of the run
+        return dict(name=name, params=params, ok=False, why=f"{type(e).__name__}: {str(e)[:400]}", seconds=round(time.time() - t0, 1))
+
+
+def _time_row(row, modules: dict[str, str], rounds: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+    import triton.testing
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnforge.backends.gluon import _import
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[row.dtype]
+    q = torch.randn(row.batch, row.heads, row.seqlen_q, row.head_dim, device="cuda", dtype=dt)
+    k, v = (torch.randn(row.batch, row.kv_heads, row.seqlen_k, row.head_dim, device="cuda", dtype=dt) for _ in range(2))
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+    scale = row.head_dim ** -0.5
+    gqa = row.heads != row.kv_heads
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=row.causal, enable_gqa=gqa)
+
+    calls = {"cudnn": cudnn}
+    for variant, path in modules.items():
+        module = _import(Path(path))
+        calls[variant] = (lambda m: lambda: m.launch(q, k, v, o, lse, scale=scale, checked=True))(module)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=25, rep=50, return_mode="median"))
+    ms = {name: statistics.median(t) for name, t in times.items()}
+    return dict(row=row.name, ms=ms, ratio={name: round(ms["cudnn"] / t, 3) for name, t in ms.items() if name != "cudnn"})
+
+
+def main() -> int:
+    from attnforge.bench.matrix import full_matrix, select
+    from attnforge.spec import AttentionSpec
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rows", default="", help="comma-separated row name substrings (default: every prefill row)")
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    prefill = [r for r in full_matrix() if r.group == "prefill"]
+    rows = select(prefill, patterns=args.rows.split(",")) if args.rows else prefill
+    jobs = []
+    for row in rows:
+        kw = dict(heads=row.heads, kv_heads=row.kv_heads, head_dim=row.head_dim, dtype=row.dtype, causal=row.causal,
+                  batch=row.batch, seqlen_q=row.seqlen_q, seqlen_k=row.seqlen_k)
+        base = _params(AttentionSpec(**kw))
+        base.pop("persistent", None)
+        jobs += [(f"{row.name}@db", kw, base, str(args.out)), (f"{row.name}@persistent", kw, {**base, "persistent": 1}, str(args.out))]
+    for name, kw in FEATURES:
+        spec = AttentionSpec(**kw)
+        jobs.append((f"feature-{name}@persistent", kw, {**_params(spec), "persistent": 1}, str(args.out)))
+    t0 = time.time()
+    built: dict[str, dict] = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # (no CUDA context forked)
+        for result in pool.map(_build_and_verify, jobs):
+            built[result["name"]] = result
+            print(f"{'PASS' if result['ok'] else 'FAIL'} {result['name']} {result['params']} ({result.get('seconds')} s)"
+                  + ("" if result["ok"] else f": {result['why'][:300]}"), flush=True)
+    print(f"phase 1: {sum(r['ok'] for r in built.values())}/{len(built)} verified in {time.time() - t0:.0f} s", flush=True)
+    timed = []
+    for row in rows:
+        modules = {v: built[f"{row.name}@{v}"]["module"] for v in ("db", "persistent") if built[f"{row.name}@{v}"]["ok"]}
+        if modules:
+            timed.append(_time_row(row, modules, args.rounds))
+    (args.out / "persistent.json").write_text(json.dumps(dict(built=built, timed=timed), indent=1))
+    print("\n| row | db params | db vs cuDNN | persistent vs cuDNN | persistent / db |\n|---|---|---|---|---|")
+    for t in timed:
+        r = t["ratio"]
+        gain = f"{r['persistent'] / r['db']:.3f}" if {"db", "persistent"} <= set(r) else "-"
+        print(f"| {t['row']} | {built[t['row'] + '@db']['params']} | {r.get('db', '-')} | {r.get('persistent', '-')} | {gain} |")
+    both = [t["ratio"] for t in timed if {"db", "persistent"} <= set(t["ratio"])]
+    if both:
+        geo = lambda xs: statistics.geometric_mean(xs)  # noqa: E731
+        print(f"\ngeomean vs cuDNN: db {geo([r['db'] for r in both]):.3f}, persistent {geo([r['persistent'] for r in both]):.3f}, "
+              f"per row best {geo([max(r['db'], r['persistent']) for r in both]):.3f} ({len(both)} rows)")
+    return 0 if all(r["ok"] for r in built.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""The gluon backend's persistent kernels (``persistent = 1``: one program per SM walks the work
+tiles, each role carrying its ring position and Q's barrier phase over) without a GPU.
+
+The roles of a generated module run here as plain Python, one program after another, over fakes
+of Gluon that do no arithmetic on tiles but record what synchronises: each barrier wait with its
+slot and phase, each arrival, each TMA copy with its coordinates and ring slot, and which ring slot
+each GEMM reads. The protocol is then replayed as the hardware keeps it -- per barrier slot, the
+n-th wait of a filling barrier is on phase n % 2, of a freeing one on (n + 1) % 2 -- and the data
+checked: the K/V tile a compute warpgroup's GEMM reads from a slot is the one the load warp copied
+there for the same work tile, and Q is the work tile's own. That is what a GPU run checks only when
+a program takes several work tiles (verify's ``_more_tiles_than_sms`` case); the mutants that plant
+a ring restarting at each tile or a stuck Q phase fail here too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from attnforge import AttentionSpec, get_target
+from attnforge.backends.gluon import translate
+from attnforge.errors import TranslateError
+from attnforge.plan.hopper import hopper_plans, hopper_source
+from attnforge.tl.parser import parse
+
+H200 = get_target("h200")
+FIRST = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
+
+
+class _Any:
+    """A tile, layout or pointer: every operation gives another one (nothing of it is checked)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getitem__(self, key):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __call__
+    __lt__ = __le__ = __gt__ = __ge__ = __and__ = __or__ = __neg__ = __call__
+
+
+ANY = _Any()
+
+
+class _Slot(_Any):
+    """One stage of a shared ring (or a plain shared tile): what a GEMM reads is recorded by it."""
+
+    def __init__(self, ring: str, index: int | None):
+        self.ring, self.slot = ring, index
+
+    def index(self, i):
+        return _Slot(self.ring, int(i))
+
+    def reshape(self, *a):
+        return self
+
+    permute = slice = reshape
+
+
+class _Recorder:
+    """The fakes of one role's run: mbarrier, tma, the wgmma calls and the scores function."""
+
+    def __init__(self, scores_params: list[str]):
+        self.events: list[tuple] = []
+        self.scores_params = scores_params
+
+    # mbarrier
+    def wait(self, bar, phase, *a, **k):
+        self.events.append(("wait", bar.ring, bar.slot, int(phase)))
+
+    def arrive(self, bar, count=1, **k):
+        self.events.append(("arrive", bar.ring, bar.slot))
+
+    def expect(self, *a, **k):
+        pass
+
+    def init(self, *a, **k):
+        pass
+
+    # tma
+    def async_copy_global_to_shared(self, desc, coord, bar, dst):
+        self.events.append(("copy", dst.ring, dst.slot, tuple(int(c) for c in coord), bar.ring, bar.slot))
+
+    # wgmma
+    def warpgroup_mma(self, a, b, acc, **k):
+        self.events.append(("gemm", b.ring, b.slot))
+        return ANY
+
+    def warpgroup_mma_wait(self, n, deps=()):
+        return ANY, ANY, ANY
+
+    def scores(self, *args):
+        named = dict(zip(self.scores_params, args))
+        self.events.append(("scores", int(named["j"]), int(named["m"]), int(named["b"]), int(named["h"])))
+        return ANY, ANY, ANY, ANY
+
+
+class _Gl:
+    """``gl``: integers where the kernel computes on scalars (bounds, slots, phases, tile numbers)."""
+
+    def __init__(self, pid: int, programs: int):
+        self.pid, self.programs = pid, programs
+
+    def __getattr__(self, name):  # layouts, dtypes, tile constructors and reductions
+        return ANY
+
+    constexpr = staticmethod(lambda x: x)
+    cdiv = staticmethod(lambda a, b: -(-a // b))
+    static_range = staticmethod(range)
+
+    def program_id(self, axis):
+        return self.pid
+
+    def num_programs(self, axis):
+        return self.programs
+
+    @staticmethod
+    def minimum(a, b):
+        return a if isinstance(a, _Any) or isinstance(b, _Any) else min(a, b)
+
+    @staticmethod
+    def maximum(a, b):
+        return a if isinstance(a, _Any) or isinstance(b, _Any) else max(a, b)
+
+    @staticmethod
+    def where(c, a, b):
+        return (a if c else b) if isinstance(c, bool) else ANY
+
+
+def _roles(source: str, pid: int, programs: int):
+    """The module's _load and _compute (and the helpers they call), executed over the fakes."""
+    text = source.replace(").to(gl.int64)", ")")  # (b).to(gl.int64): b is a Python int here
+    gl = _Gl(pid, programs)
+    scores_params = re.search(r"^def _scores\((.*?)\):", source, re.M).group(1)
+    scores_params = [p.split(":")[0].strip() for p in scores_params.split(",")]
+    rec = _Recorder(scores_params)
+    names = {"gl": gl, "gluon": type("G", (), {"jit": staticmethod(lambda f: f)}), "mbarrier": rec, "tma": rec,
+             "warpgroup_mma": rec.warpgroup_mma, "warpgroup_mma_wait": rec.warpgroup_mma_wait, "fence_async_shared": lambda: None}
+    for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
+        exec(line, names)
+    for block in re.findall(r"^def (?:floordiv|floormod|_compute|_load)\(.*?(?=^@|^def |\Z)", text, re.M | re.S):
+        exec(block, names)
+    names["_scores"] = rec.scores
+    return names["_load"], names["_compute"], rec
+
+
+def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: int) -> dict[int, dict[str, list]]:
+    """Each program's events, per role: {pid: {"load": [...], "compute0": [...], ...}}."""
+    hq, hkv = spec.heads, spec.kv_heads
+    values = dict(B=B, Hq=hq, Hkv=hkv, Sq=Sq, Sk=Sk, SCALE_POSITIVE=True, **spec.runtime_scalars())
+    kernel = re.search(r"^def attn_fwd\(.*?\):\n(.*?)    # TL:", source, re.M | re.S).group(1)  # its grid coordinates, if it computes them
+    runs = {}
+    for pid in range(programs):
+        names = {"gl": _Gl(pid, programs), **values}
+        for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
+            exec(line, names)
+        exec(textwrap.dedent(kernel), names)
+        values.update({a: names[a] for a in ("m", "b", "h") if a in names})
+        roles = {}
+        for role in ("load", "compute0", "compute1"):
+            load, compute, rec = _roles(source, pid, programs)
+            fn = load if role == "load" else compute
+            args = {}
+            for p in inspect.signature(fn).parameters:
+                if p in values:
+                    args[p] = values[p]
+                elif p == "WG":
+                    args[p] = int(role[-1])
+                elif p.endswith("_desc") or p in ("o", "lse", "alibi_slopes"):
+                    args[p] = ANY
+                elif p.startswith(("so_", "sl_", "sq_")) or p == "sa":
+                    args[p] = 1
+                else:  # shared tiles, rings and barriers (the translator's turn and q_free too)
+                    args[p] = _Slot(p, None)
+            if role == "compute1" and "turn" not in args:
+                continue  # no ping-pong: one compute warpgroup set
+            fn(**args)
+            roles[role] = rec.events
+        runs[pid] = roles
+    return runs
+
+
+def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> set[tuple[int, int, int]]:
+    """Assert the roles of every program agree (see the module docstring); return the work tiles
+    (m, b, h) the programs took, each once."""
+    seen: set[tuple[int, int, int]] = set()
+    for pid, roles in runs.items():
+        load = roles["load"]
+        fills: dict[tuple[str, int | None], list[tuple]] = defaultdict(list)  # (ring, slot) -> coordinates copied there, in order
+        q_tiles = []
+        waits: dict[tuple[str, str, int | None], int] = defaultdict(int)
+        for e in load:
+            if e[0] == "copy":
+                _, ring, slot, coord, bar, bar_slot = e
+                fills[(ring, slot)].append(coord)
+                if ring == "Qs":
+                    q_tiles.append((coord[2] // bm, coord[0], coord[1]))
+            elif e[0] == "wait":  # the load warp waits on freeing barriers only: the n-th on phase (n + 1) % 2
+                _, bar, slot, phase = e
+                n = waits[("load", bar, slot)]
+                waits[("load", bar, slot)] += 1
+                assert phase == (n + 1) % 2, f"program {pid}: the load warp's wait #{n} on {bar}[{slot}] is on phase {phase}"
+        for role, events in roles.items():
+            if role == "load":
+                continue
+            used: dict[tuple[str, int | None], int] = defaultdict(int)
+            tile, pending = None, []
+            tiles_done, count = [], defaultdict(int)
+            for e in events:
+                if e[0] == "wait":
+                    _, bar, slot, phase = e
+                    if bar == "turn":
+                        continue
+                    n = count[(bar, slot)]
+                    count[(bar, slot)] += 1
+                    assert phase == n % 2, f"program {pid} {role}: wait #{n} on {bar}[{slot}] is on phase {phase}, not {n % 2}"
+                elif e[0] == "gemm":
+                    _, ring, slot = e
+                    k = used[(ring, slot)]
+                    used[(ring, slot)] += 1
+                    assert k < len(fills[(ring, slot)]), f"program {pid} {role}: reads {ring}[{slot}] a {k + 1}th time; the load filled it {len(fills[(ring, slot)])} times"
+                    pending.append((ring, fills[(ring, slot)][k]))
+                elif e[0] == "scores":
+                    _, j, m, b, h = e
+                    if tile != (m, b, h):
+                        tile = (m, b, h)
+                        tiles_done.append(tile)
+                    ks = [c for r, c in pending if r == "Ks"]
+                    assert ks and ks[-1] == (b, h // group, j * bn, 0), f"program {pid} {role}: the scores of tile {j} of {tile} came from K at {ks[-1:]}"
+                    pending = [(r, c) for r, c in pending if r != "Ks"]
+            for ring, coord in pending:  # V tiles of the last scores, each the K tile's partner
+                assert ring == "Vs"
+            assert tiles_done == [t for t in q_tiles if t in tiles_done], f"program {pid} {role}: tiles out of the load warp's order"
+        assert not seen & set(q_tiles), f"program {pid} takes a work tile another took"
+        seen |= set(q_tiles)
+    return seen
+
+
+def _source(spec: AttentionSpec, params: dict[str, int]) -> str:
+    program = parse(hopper_source(spec, H200, params), file="kernel.tl")
+    return translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+
+
+SPECS = {
+    "causal-d64": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), FIRST),
+    "full-d128": (AttentionSpec(heads=4, kv_heads=4, head_dim=128, dtype="fp16"), FIRST),
+    "window-gqa": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", window_left=200, window_right=0), FIRST),
+    "d256-plain": (AttentionSpec(heads=2, kv_heads=1, head_dim=256, dtype="bf16", causal=True),
+                   dict(BM=128, BN=64, warps=8, stages=2, pingpong=1)),
+    "no-schedules": (AttentionSpec(heads=2, kv_heads=2, head_dim=64, dtype="bf16", causal=True), dict(BM=128, BN=64, warps=8, stages=2)),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(key=st.sampled_from(sorted(SPECS)), B=st.integers(1, 3), Sq=st.integers(1, 700), Sk=st.integers(1, 900),
+       programs=st.integers(1, 7), persistent=st.booleans())
+def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent):
+    spec, params = SPECS[key]
+    source = _source(spec, {**params, **({"persistent": 1} if persistent else {})})
+    nm = -(-Sq // params["BM"])
+    if not persistent:  # one program per work tile
+        programs = nm * B * spec.heads
+    runs = _run(source, spec, B, Sq, Sk, programs)
+    tiles = _check_protocol(runs, params["stages"], params["BM"], params["BN"], spec.heads // spec.kv_heads)
+    assert tiles == {(m, b, h) for m in range(nm) for b in range(B) for h in range(spec.heads)}
+
+
+@pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck"])
+def test_the_simulated_roles_kill_the_persistent_mutants(name):
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS
+
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
+    spec, _ = MUTANT_SPECS[mutant.spec]
+    plan = next(hopper_plans(spec, H200))
+    assert plan.params.get("persistent") == 1
+    source = translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    bm, bn, stages = plan.params["BM"], plan.params["BN"], plan.params["stages"]
+    _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
+    with pytest.raises(AssertionError, match="phase|came from|filled it"):
+        _check_protocol(_run(mutant.apply(source), spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
+
+
+def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():
+    from attnforge.plan.hopper import hopper_candidates
+
+    def first(**kw):
+        return hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)[0].params.get("persistent", 0)
+
+    assert first(head_dim=128, seqlen_q=4096) == 1 and first(head_dim=64, seqlen_q=4096, causal=True) == 1
+    assert first(head_dim=128, seqlen_q=1024, causal=True) == 0  # (spills: bench/RESULTS.md run 5)
+    assert first(head_dim=64, seqlen_q=16384, causal=True) == 0 and first(head_dim=256, seqlen_q=4096) == 0
+    assert first(head_dim=256, seqlen_q=1024) == 1
+    assert hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16"), get_target("b200"))[0].params.get("persistent") is None
+
+
+def _edit(spec: AttentionSpec, old: str, new: str, params: dict[str, int] | None = None) -> str:
+    text = hopper_source(spec, H200, {**(params or FIRST), "persistent": 1})
+    assert old in text
+    return text.replace(old, new)
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("Wait k_ready[j % stages] phase (j // stages) % 2\n        Compute GEMM Qs, Ks[j % stages]^T",
+     "Wait k_ready[(j + 1) % stages] phase (j // stages) % 2\n        Compute GEMM Qs, Ks[j % stages]^T", "ring index must be the tile's position"),
+    ("for j = 0 : cdiv(Sk, BN)\n        Wait kv_free", "for j = 0 : cdiv(Sk, BN) - 1\n        Wait kv_free", "walk the compute role's tiles"),
+    ("target sm_90", "target sm_100", "sm_90 prefill kernel only"),
+])
+def test_a_persistent_program_the_translator_cannot_carry_over_is_refused(old, new, words):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
+    params = FIRST if "sm_100" not in new else dict(BM=128, BN=128, warps=8, stages=3)
+    program = parse(_edit(spec, old, new, params), file="kernel.tl")
+    with pytest.raises(TranslateError, match=words):
+        translate(program, head_dim=64, head_dim_v=64)
+
+
+def test_persistent_split_kv_decode_is_refused():
+    from attnforge.plan.hopper import hopper_decode_source
+
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000)
+    text = hopper_decode_source(spec, H200, dict(BM=64, BN=64, warps=4, stages=3, persistent=1))
+    with pytest.raises(TranslateError, match="split-KV partial kernel"):
+        translate(parse(text, file="kernel.tl"), head_dim=64, head_dim_v=64)
+
+
+def test_the_gluon_backend_offers_persistent_on_sm_90_only():
+    from attnforge.backends.gluon import GluonBackend
+
+    assert "persistent" not in GluonBackend().refused_strategies(H200)
+    assert "persistent" in GluonBackend().refused_strategies(get_target("b200"))
+    assert {"tma", "ws"} <= set(GluonBackend().refused_strategies(H200))
