@@ -9,7 +9,8 @@ the Gluon translator honours them): ``pingpong = 1`` splits the compute warps in
 that own half of the BM rows each and take turns issuing their GEMMs, so one warpgroup's softmax
 runs while the other's GEMMs hold the tensor cores; ``overlap = 1`` issues the next tile's QK^T GEMM
 before the softmax of the current one (FlashAttention-3's intra-warpgroup overlap). On sm_100 both
-stay off: the gluon backend maps the same statements to tcgen05 MMAs into tensor memory.
+stay off: the gluon backend maps the same statements to tcgen05 MMAs into tensor memory. A third,
+``persistent = 1``, has one program per SM walk the work tiles (``_persistent`` says where it is on).
 
 Decode (and packed small-Sq GQA) is ``builtin``'s split-KV pair with the partial kernel in this form:
 each split's K/V tiles stream through the ring into one compute warpgroup (docs/TL.md section 11.7).
