@@ -207,6 +207,23 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
             tune(AttentionSpec(heads=4, head_dim=128, dtype="bf16"), H200, backend="gluon", record=False)
 
 
+def test_tuning_a_gluon_decode_bucket_searches_the_split_kv_pair():
+    """``tune --backend gluon`` on a decode bucket times the decode pair's own candidates (a prefill
+    kernel's neighbours timed there once, before the search order had one home)."""
+    from attnforge.backends.gluon import GluonBackend
+    from attnforge.cache import spec_bucket
+    from attnforge.tune.search import search_order
+
+    spec = AttentionSpec(batch=4, heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=4096)
+    kind, first, order, source_for = search_order(GluonBackend(), spec, spec_bucket(spec), H200, 3)
+    assert kind == "decode" and first == order[0] and len(order) == 3 and all(p["BM"] == 64 and p["warps"] == 4 for p in order)
+    text = source_for(order[1])
+    assert "kernel attn_decode_partial" in text and "launch NSPLIT = splits(" in text and f"stages = {order[1]['stages']}" in text
+    prefill = AttentionSpec(heads=16, head_dim=128, dtype="bf16", seqlen_q=4096)
+    kind, first, order, source_for = search_order(GluonBackend(), prefill, spec_bucket(prefill), H200, 4)
+    assert kind == "prefill" and order[0] == first and first.get("persistent") == 1 and "kernel attn_fwd" in source_for(first)
+
+
 @pytest.mark.parametrize("mode, translate", [("tl", "llm"), ("direct", "builtin")])
 def test_with_the_gluon_backend_the_model_writes_the_hopper_form_only(mode, translate):
     from attnforge.llm.pipeline import LLMOptions

@@ -123,6 +123,29 @@ def _reason(message: str) -> str | None:
     return None
 
 
+def search_order(chosen: Backend, timed_spec: AttentionSpec, bucket: AttentionSpec, target: Target,
+                 max_candidates: int | None = None) -> tuple[str, dict[str, int], list[dict[str, int]], Callable[[dict[str, int]], str]]:
+    """What ``tune`` searches for a backend: the kind of program, the planner's first choice for the
+    timed shape, the candidates nearest first, and the TL source of a candidate for the bucket. The
+    Hopper form's split-KV pair (decode, packed small-Sq GQA) searches its own candidates, not the
+    prefill kernel's neighbours."""
+    hopper = chosen.tl_form == "hopper"
+    if hopper and (timed_spec.is_decode or builtin.packs_gqa(timed_spec)):
+        from ..plan.hopper import hopper_decode_candidates, hopper_decode_source
+
+        cands = hopper_decode_candidates(timed_spec, target)
+        return ("decode", cands[0].params, [c.params for c in cands][: max_candidates or None],
+                lambda p: hopper_decode_source(bucket, target, p))
+    if hopper:
+        from ..plan.hopper import hopper_candidates, hopper_source
+
+        first = hopper_candidates(timed_spec, target)[0].params
+        return "prefill", first, hopper_neighbours(first)[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
+    kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)))
+    first = cands[0].params
+    return kind, first, neighbours(first, target, kind)[: max_candidates or None], lambda p: builtin.source_for(bucket, target, kind, p)
+
+
 def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", seq: str | None = None, budget_s: float = 300.0,
          max_candidates: int | None = None, db: Path | None = None, record: bool = True, progress: Progress | None = None) -> Outcome:
     """Search one (spec bucket, sequence bucket) on ``target`` and record the fastest verified
@@ -149,24 +172,7 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
     shape = f"B={B} Hq={Hq}/Hkv={Hkv} Sq={Sq} Sk={Sk}"
     bucket = spec_bucket(spec)
     timed_spec = AttentionSpec(**{**spec.to_dict(), "batch": B, "heads": Hq, "kv_heads": Hkv, "seqlen_q": Sq, "seqlen_k": Sk})
-    if hopper and (timed_spec.is_decode or builtin.packs_gqa(timed_spec)):  # the split-KV pair: its own candidates
-        from ..plan.hopper import hopper_decode_candidates, hopper_decode_source
-
-        kind, cands = "decode", hopper_decode_candidates(timed_spec, target)
-        first = cands[0].params
-        order = [c.params for c in cands][: max_candidates or None]
-        source_for = lambda p: hopper_decode_source(bucket, target, p)  # noqa: E731
-    elif hopper:
-        from ..plan.hopper import hopper_candidates, hopper_source
-
-        kind, first = "prefill", hopper_candidates(timed_spec, target)[0].params
-        order = hopper_neighbours(first)[: max_candidates or None]
-        source_for = lambda p: hopper_source(bucket, target, p)  # noqa: E731
-    else:
-        kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)))
-        first = cands[0].params
-        order = neighbours(first, target, kind)[: max_candidates or None]
-        source_for = lambda p: builtin.source_for(bucket, target, kind, p)  # noqa: E731
+    kind, first, order, source_for = search_order(chosen, timed_spec, bucket, target, max_candidates)
     deadline = time.monotonic() + budget_s
     trials: list[Trial] = []
     pruned_by: list[tuple[str, dict[str, int]]] = []
