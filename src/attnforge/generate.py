@@ -120,7 +120,7 @@ def generate(
     else:
         chosen, why = choose_backend_and_reason(backend, spec, target)
     prefer = tuned_candidate(spec, target, chosen.name) if tuned is True else (tuned or None)
-    planner = GivenPlanner(tl, tl_file) if tl is not None else BuiltinPlanner(tma=tma, prefer=prefer, form=chosen.tl_form)
+    planner = GivenPlanner(tl, tl_file) if tl is not None else BuiltinPlanner(tma=tma, prefer=prefer, form=chosen.tl_form, mma=chosen.mma)
     final = outdir.destination(out)
     work = outdir.start(final)
     try:

@@ -60,6 +60,7 @@ class Backend(ABC):
     name: str
     source_file: str  # the file name of the source in a kernel directory
     tl_form = "portable"  # the TL the built-in planner writes for it: "portable", or "hopper" (roles, rings, barriers: docs/TL.md)
+    mma = "target"  # the MMA its kernels issue, which the planner's tiles follow: "target" (the target's best) or "mma_sync" (plan.builtin.MMA_RULES)
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...

@@ -429,10 +429,32 @@ def tma_usable(spec: AttentionSpec, target: Target) -> bool:
     return target.has_tma and all(tma_can_read((d, 1), size) for d in (spec.head_dim, spec.head_dim_v))
 
 
-def _prefill_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+# Which MMA the backend's kernels issue, for the tile rules: "target" (what the target has best:
+# wgmma on sm_90, tcgen05 on sm_100, mma.sync before) or "mma_sync" (a backend that writes
+# mma.sync on every target it builds for: the CUDA backend). ``Backend.mma``.
+MMA_RULES = ("target", "mma_sync")
+
+
+def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int], str]:
+    """First tiles for hand-written mma.sync kernels, where each warp ldmatrix's every K and V
+    fragment from shared memory: a warp of two m16 row tiles feeds each fragment to twice the
+    MMAs, which shared-memory bandwidth needs (measured on the H200, bench/RESULTS.md
+    2026-12-01 run 6: 0.92x FlashAttention-2 at D=64 against 0.78x with one m16 tile a warp).
+    Past D=64 two row tiles a warp spill (their accumulators alone take 192 registers at D=128),
+    so eight warps of one row tile each, two stages (3-8% faster than three at D=128; at D=256
+    three do not fit)."""
+    d = max(spec.head_dim, spec.head_dim_v)
+    if d <= 64:
+        return dict(BM=128, BN=64, warps=4, stages=3), "mma.sync kernels: BM=128 in 4 warps (two m16 row tiles a warp), BN=64, 3 stages"
+    return dict(BM=128, BN=64, warps=8, stages=2), "mma.sync kernels: BM=128 in 8 warps (one m16 row tile a warp: two would spill), BN=64, 2 stages"
+
+
+def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:
     d = max(spec.head_dim, spec.head_dim_v)
     big_smem = target.smem_per_block_optin >= 160 * 1024
-    if target.has_wgmma or target.has_tcgen05:
+    if mma == "mma_sync":
+        first, why = _mma_sync_tiles(spec, target)
+    elif target.has_wgmma or target.has_tcgen05:
         # Hopper/Blackwell: 128-row blocks are what wgmma (two warpgroups) and tcgen05 want; wide
         # K/V tiles pay off while the head dim is small (then 4 warps measured 4% faster on the
         # H200, bench/RESULTS.md).
@@ -499,13 +521,17 @@ def _packed_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     return out
 
 
-def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> tuple[str, list[Candidate]]:
+def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = (),
+               mma: str = "target") -> tuple[str, list[Candidate]]:
     """The kind of program and its parameter candidates, best first. With ``tma`` (and a target
     and head dims that allow it, and a backend that does not refuse it) q/k/v tiles are read
     through TMA descriptors: 0.72-0.78x cuDNN against 0.54-0.64x with pointer loads, measured on
-    the H200 (bench/RESULTS.md). ``refused``: strategies the backend rules out on ``target``."""
+    the H200 (bench/RESULTS.md). ``refused``: strategies the backend rules out on ``target``.
+    ``mma``: the MMA the backend issues (``MMA_RULES``), which the prefill tiles follow."""
+    if mma not in MMA_RULES:
+        raise ValueError(f"mma rules {mma!r}: one of {', '.join(MMA_RULES)}")
     kind = "decode" if spec.is_decode or packs_gqa(spec) else "prefill"  # packed small-Sq prefill: the split-KV pair too
-    cands = _decode_candidates(spec, target) if kind == "decode" else _prefill_candidates(spec, target)
+    cands = _decode_candidates(spec, target) if kind == "decode" else _prefill_candidates(spec, target, mma)
     if tma and tma_usable(spec, target) and "tma" not in refused:
         cands = [Candidate({**c.params, "tma": 1}, c.reason + "; q/k/v through TMA descriptors") for c in cands]
     return kind, cands
@@ -516,7 +542,7 @@ def source_for(spec: AttentionSpec, target: Target, kind: str, params: dict[str,
 
 
 def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = (),
-          prefer: Candidate | None = None) -> Iterator[Plan]:
+          prefer: Candidate | None = None, mma: str = "target") -> Iterator[Plan]:
     """Every candidate whose TL program the checker accepts for ``target``, best first; each
     plan lists the candidates the checker refused since the previous one (``Plan.rejected``).
     The caller takes the next plan when the compiler finds one does not fit. ``prefer``: a
@@ -527,7 +553,7 @@ def plans(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Col
     if spec.dtype not in KERNEL_DTYPES:
         raise SpecError("dtype", spec.dtype, ", ".join(KERNEL_DTYPES) + " for generated kernels",
                         hint="fp8 attention needs per-tensor scales in the spec and its verification; not generated yet")
-    kind, cands = candidates(spec, target, tma=tma, refused=refused)
+    kind, cands = candidates(spec, target, tma=tma, refused=refused, mma=mma)
     if prefer is not None and prefer.kind in (None, kind) and _kind_params(prefer.params) == _kind_params(cands[0].params) \
             and not (prefer.params.get("tma") and (not tma or "tma" in refused)):
         # (parameters of another kind of program -- a prefill choice offered for a decode spec by
@@ -567,9 +593,9 @@ def _kind_params(params: dict[str, int]) -> frozenset[str]:
     return frozenset(params) - {"tma", "persistent"}
 
 
-def plan(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = ()) -> Plan:
+def plan(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = (), mma: str = "target") -> Plan:
     """The first plan of ``plans`` (the planner's best candidate the checker accepts)."""
-    return next(plans(spec, target, tma=tma, refused=refused))
+    return next(plans(spec, target, tma=tma, refused=refused, mma=mma))
 
 
 class BuiltinPlanner:
@@ -577,15 +603,15 @@ class BuiltinPlanner:
 
     name = "builtin"
 
-    def __init__(self, *, tma: bool = True, prefer: Candidate | None = None, form: str = "portable"):
-        self.tma, self.prefer, self.form = tma, prefer, form
+    def __init__(self, *, tma: bool = True, prefer: Candidate | None = None, form: str = "portable", mma: str = "target"):
+        self.tma, self.prefer, self.form, self.mma = tma, prefer, form, mma
 
     def plans(self, spec: AttentionSpec, target: Target, refused: Collection[str] = ()) -> Iterator[Plan]:
         if self.form == "hopper":  # the backend translates the Hopper form (roles, rings, barriers): plan/hopper.py
             from .hopper import hopper_plans
 
             return hopper_plans(spec, target, prefer=self.prefer)
-        return plans(spec, target, tma=self.tma, refused=refused, prefer=self.prefer)
+        return plans(spec, target, tma=self.tma, refused=refused, prefer=self.prefer, mma=self.mma)
 
 
 def _fmt(params: dict[str, int]) -> str:

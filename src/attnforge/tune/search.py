@@ -141,7 +141,7 @@ def search_order(chosen: Backend, timed_spec: AttentionSpec, bucket: AttentionSp
 
         first = hopper_candidates(timed_spec, target)[0].params
         return "prefill", first, hopper_neighbours(first)[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
-    kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)))
+    kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)), mma=chosen.mma)
     first = cands[0].params
     return kind, first, neighbours(first, target, kind)[: max_candidates or None], lambda p: builtin.source_for(bucket, target, kind, p)
 

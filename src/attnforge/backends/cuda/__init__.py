@@ -36,6 +36,7 @@ def target_refusal(target: Target) -> str | None:
 class CudaBackend(Backend):
     name = "cuda"
     source_file = "kernel_cuda.cu"
+    mma = "mma_sync"  # on sm_90 too: tiles for mma.sync, not the wgmma rules
 
     def capabilities(self) -> Capabilities:
         return Capabilities(

@@ -196,12 +196,13 @@ class ComputeEmitter(EmitterBase):
         self.emit("af_mx = af_quad_max(af_mx);")
         self.emit("const float af_safe = af_mx == -INFINITY ? 0.0f : af_mx;  // nothing visible yet: weights stay 0")
         self.emit(f"const float af_alpha = af_exp({m.cname}[af_mt][af_r] - af_safe);")
+        self.emit("const float af_shift = af_safe * -1.4426950408889634f;  // e^(s - max) = 2^(s * log2(e) - max * log2(e)): one FFMA a score")
         self.emit("float af_sum = 0.0f;")
         self.emit("#pragma unroll")
         self.emit(f"for (int af_nt = 0; af_nt < {nt}; ++af_nt)")
         self.emit("#pragma unroll")
         self.emit("for (int af_c = 0; af_c < 2; ++af_c) {")
-        self.emit(f"{INDENT}const float af_p = af_exp({S.cname}[af_mt][af_nt][2 * af_r + af_c] - af_safe);")
+        self.emit(f"{INDENT}const float af_p = af_exp2(fmaf({S.cname}[af_mt][af_nt][2 * af_r + af_c], 1.4426950408889634f, af_shift));")
         self.emit(f"{INDENT}{out}[af_mt][af_nt][2 * af_r + af_c] = af_p;")
         self.emit(f"{INDENT}af_sum += af_p;")
         self.emit("}")
@@ -263,8 +264,14 @@ class ComputeEmitter(EmitterBase):
         self._full_sum(l)
         out = RTile("acc", self.name(s.out, s), "fp32", ncols=acc.ncols, true_cols=acc.true_cols, rows=acc.rows, cols=acc.cols)
         self.declare(out, None)
-        self.frag_loops(acc, [f"const float af_l = {l.cname}[af_mt][af_e >> 1];",
-                              f"{self.elem(out)} = af_l > 0.0f ? {self.elem(acc)} / af_l : 0.0f;  // a row that saw nothing gives O = 0"], need_cols=False)
+        inv = f"af_inv_{out.cname}"
+        self.emit("// one reciprocal a row, not a division an element; a row that saw nothing gives O = 0")
+        self.emit(f"float {inv}[af_MT][2];")
+        self.emit("#pragma unroll")
+        self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt)")
+        self.emit("#pragma unroll")
+        self.emit(f"for (int af_r = 0; af_r < 2; ++af_r) {inv}[af_mt][af_r] = {l.cname}[af_mt][af_r] > 0.0f ? 1.0f / {l.cname}[af_mt][af_r] : 0.0f;")
+        self.frag_loops(acc, [f"{self.elem(out)} = {self.elem(acc)} * {inv}[af_mt][af_e >> 1];"], need_cols=False)
         self.scope.tiles[s.out] = out
 
     def s_LogSumExp(self, s: n.LogSumExp) -> None:

@@ -18,9 +18,12 @@ from ...tl.printer import expr as tl_expr
 from ...tl.printer import stmt as tl_stmt
 from .base import CTYPE, INDENT, EmitterBase, Pipe, Rows, RTile, ceil16
 
-# Registers a warp may spend on the query tile's A fragments before they are re-read from
-# shared memory per k slice instead (FlashAttention-2 keeps Q in shared memory by default too).
-Q_REGISTER_BUDGET = 64
+# Registers a thread may hold in fp32 accumulators (the output tile and the score tile) and the
+# query tile's A fragments together before the A fragments are re-read from shared memory per k
+# slice instead (FlashAttention-2 keeps Q in shared memory by default). Measured on the H200
+# (bench/cuda_tiles.py): Q kept at 128-160 (D <= 128 with one m16 tile a warp, D=64 with two) is
+# 15-20% faster than re-read; past it (D=256: 224) the kernel spills or falls back to narrower tiles.
+Q_REGISTER_BUDGET = 160
 # A tile copy of more trips per thread than this is unrolled by 4, not whole: unrolled whole, nvcc
 # keeps every trip's address (or, on sm_75, its loaded data) live across the K/V loop and spills (a
 # one-warp D = 128 decode kernel: 360 bytes). A block of fewer than 4 warps (a decode block of
@@ -123,6 +126,8 @@ class MemoryEmitter(EmitterBase):
         nt = self.warps * 32
         trips = -(-chunks // nt)
         guard = "" if chunks % nt == 0 else f"if (af_c < {chunks}) "
+        if view.pack is None and nt % per_row == 0:  # a pass of the block covers whole rows: one pointer walks them
+            return self._strided_load_code(s, sh, row0, extent, row_stride, slot, trips, per_row, nt)
         if view.pack is None:  # rows at one stride from the tile's first
             head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
                     f"const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};"]
@@ -143,6 +148,32 @@ class MemoryEmitter(EmitterBase):
             *(INDENT * 3 + line for line in per_row_lines),
             f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
             f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} + af_col : {s.src}, af_in);",
+            f"{INDENT * 2}}}",
+            f"{INDENT}}}",
+            "}",
+        ]
+
+    def _strided_load_code(self, s: n.Copy, sh, row0: str, extent: str, row_stride: str, slot: str,
+                           trips: int, per_row: int, nt: int) -> list[str]:
+        """A global->shared Copy whose every pass of the block's threads covers whole rows: each
+        thread keeps one pointer and steps it by the pass's rows. (Written as ``base + r * stride``
+        per trip, nvcc hoists every trip's 64-bit offset out of the K/V loop: 16 live registers per
+        tile at 8 trips, the spills of a 4-warp BM = 128 kernel.)"""
+        step = nt // per_row
+        guard = "" if trips * step == sh.rows else f"if (af_r < {sh.rows}) "
+        return [
+            "{",
+            f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
+            f"{INDENT}const int af_r0 = af_tid / {per_row}, af_col = (af_tid % {per_row}) * 8;  // this thread's first row and column",
+            f"{INDENT}const af_elem* af_p = {s.src} + (long long)(af_row0 + af_r0) * {row_stride} + af_col;",
+            f"{INDENT}const long long af_step = (long long){step} * {row_stride};  // {step} rows a pass",
+            f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
+            copy_unroll(trips, self.warps),
+            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i, af_p += af_step) {{",
+            f"{INDENT * 2}const int af_r = af_r0 + af_i * {step};",
+            f"{INDENT * 2}{guard}{{",
+            f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
+            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? af_p : {s.src}, af_in);",
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
@@ -208,6 +239,27 @@ class MemoryEmitter(EmitterBase):
                 self._wait(N - 1 - i + N * (S - 1))
         self.scope.tiles[s.dst].rows = self._rows_of(self.view(s.src, s), s, self.dev(n.Binary("*", s.coord[0], s.tile[0])))
 
+    def _accumulator_registers(self, a_operand: str) -> int:
+        """fp32 accumulator registers a thread holds while a GEMM reading ``a_operand`` runs: every
+        2-d register tile the kernel allocates (the output) and the widest score tile such a GEMM
+        makes (one per loop; the loops run one after another). An n8 tile is 4 registers a thread
+        per m16 tile."""
+        def regs(cols: int) -> int:
+            return cols // 8 * 4 * self.MT
+
+        held = sum(regs(ceil16(self.int_value(a.shape[1], a, "tile dimension"))) for a in n.walk(self.k.body)
+                   if isinstance(a, n.Allocate) and a.level == "register" and len(a.shape) == 2)
+        scores = [regs(src.rows if g.b_trans else src.cols_pad) for g in n.walk(self.k.body)
+                  if isinstance(g, n.Gemm) and g.a == a_operand and not g.accumulate and (src := self._shared_source(g.b)) is not None]
+        return held + max(scores, default=0)
+
+    def _shared_source(self, reg: str):
+        """The shared tile a register operand is copied from (``Copy Ks from shared to register Kr``)."""
+        for c in n.walk(self.k.body):
+            if isinstance(c, n.Copy) and c.dst == reg and c.src_level == "shared" and c.src in self.shared:
+                return self.shared[c.src]
+        return None
+
     def _role(self, name: str) -> str | None:
         """'a' or 'b': how the GEMMs of the kernel read register tile ``name``."""
         for g in n.walk(self.k.body):
@@ -229,7 +281,8 @@ class MemoryEmitter(EmitterBase):
             if sh.rows != self.M:
                 self.fail(s, f"the A operand {s.dst} has {sh.rows} rows; the block's register tiles have {self.M}")
             kt = sh.cols_pad // 16
-            if self.MT * kt * 4 <= Q_REGISTER_BUDGET:
+            held = self.MT * kt * 4 + self._accumulator_registers(s.dst)
+            if held <= Q_REGISTER_BUDGET:
                 self.emit(f"// ldmatrix.x4: A fragments of this warp's {16 * self.MT} rows, {kt} k slices of 16, kept in registers")
                 self.emit(f"uint32_t {name}[af_MT][{kt}][4];")
                 self.emit("#pragma unroll")
@@ -239,7 +292,8 @@ class MemoryEmitter(EmitterBase):
                 self.emit(f"{INDENT}af_ldsm_x4({name}[af_mt][af_k], {self._slot_base(src)} + (af_warp * af_MT * 16 + af_mt * 16 + (af_lane & 15)) * {sh.pitch} + af_k * 16 + (af_lane >> 4) * 8);")
                 self.scope.tiles[s.dst] = RTile("a_regs", name, sh.fmt, ncols=sh.cols_pad, true_cols=sh.cols, rows=src.rows, shared=sh)
             else:
-                self.emit(f"// ({self.MT * kt * 4} registers of A fragments would crowd the accumulators: the GEMM reads {s.dst} from {s.src} by ldmatrix per k slice)")
+                self.emit(f"// ({self.MT * kt * 4} registers of A fragments beside {held - self.MT * kt * 4} of accumulators would crowd them: "
+                          f"the GEMM reads {s.dst} from {s.src} by ldmatrix per k slice)")
                 self.scope.tiles[s.dst] = RTile("a_shared", name, sh.fmt, ncols=sh.cols_pad, true_cols=sh.cols, rows=src.rows, shared=sh)
         elif role == "b":
             self.emit(f"// (ldmatrix per 16-wide k slice inside the GEMM that reads {s.dst}: B fragments never all live in registers)")
