@@ -74,7 +74,9 @@ def main() -> None:
     ap.add_argument("--rows", nargs="*", default=list(ROWS))
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--rep-ms", type=int, default=60)
+    ap.add_argument("--cands", nargs="*", help="candidates BM,BN,warps,stages,keepQ (default: CANDIDATES for the row's head dim)")
     args = ap.parse_args()
+    given = [tuple(int(x) for x in c.split(",")) for c in args.cands or []]
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -86,7 +88,7 @@ def main() -> None:
     jobs = []
     for r in args.rows:
         row = ROWS[r]
-        for cand in CANDIDATES[row[4]]:
+        for cand in given or CANDIDATES[row[4]]:
             jobs.append((r, row, cand, build(row, cand, work)))
     with ThreadPoolExecutor(args.jobs) as pool:
         res = list(pool.map(lambda j: resources(j[3]["path"]), jobs))

@@ -182,10 +182,10 @@ class _Prepared:
             self.fast(q, k, v, o, lse, **per_call)
             return
         keyed = getattr(self.kernel, "launch_keyed", None)
-        if keyed is None:
+        if keyed is None:  # a kernel whose launches are not recorded (the CUDA backend's plans its own)
             self.kernel.launch(q, k, v, o, lse, **self.scalars, **per_call)
-            return
-        keyed(q, k, v, o, lse, slots=self.slots, **self.scalars, **per_call)
+        else:
+            keyed(q, k, v, o, lse, slots=self.slots, **self.scalars, **per_call)
         checked = getattr(self.kernel, "checked_launch", None)
         self.fast = checked(self.slots, **self.scalars) if checked is not None else None  # this launch passed every check
 

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -65,6 +65,19 @@ def grid_blocks(info: dict, env: dict[str, int]) -> int:
 
 # ------------------------------------------------------------------------------ loaders
 
+_NUMPY = {"ptr": np.uint64, "i64": np.int64, "i32": np.int32, "f32": np.float32}
+_CTYPES = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (what ``.contiguous()`` and ``torch.empty`` give)."""
+    out, step = [], 1
+    for extent in reversed(shape):
+        out.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(out))
+
+
 class _CupyFunction:
     def __init__(self, cubin: bytes, name: str, smem: int, device: int):
         import cupy
@@ -85,13 +98,17 @@ class _CupyFunction:
                 self.fn.max_dynamic_shared_size_bytes = smem
         self.device = device
 
-    def launch(self, grid: int, threads: int, smem: int, stream: int, args: list) -> None:
-        cupy = self.cupy
-        packed = []
-        for kind, value in args:
-            packed.append({"ptr": np.uint64, "i64": np.int64, "i32": np.int32, "f32": np.float32}[kind](value))
-        with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(stream):
-            self.fn((grid,), (threads,), tuple(packed), shared_mem=smem)
+    def prepare(self, pointers: list[str], fixed: list[tuple[str, Any]]) -> Callable[..., None]:
+        """``launch(tensors, grid, threads, smem, stream)``: the kernel on ``tensors[name]`` for each
+        of ``pointers``, then the ``fixed`` (kind, value) arguments, converted once here."""
+        cupy, fn, device = self.cupy, self.fn, self.device
+        rest = tuple(_NUMPY[kind](value) for kind, value in fixed)
+
+        def launch(tensors: dict, grid: int, threads: int, smem: int, stream: int) -> None:
+            ptrs = tuple(np.uint64(tensors[name].data_ptr()) for name in pointers)
+            with cupy.cuda.Device(device), cupy.cuda.ExternalStream(stream):
+                fn((grid,), (threads,), ptrs + rest, shared_mem=smem)
+        return launch
 
 
 class _DriverFunction:
@@ -128,14 +145,22 @@ class _DriverFunction:
         if smem > 48 * 1024:
             self._check(lib.cuFuncSetAttribute(self.fn, 8, ctypes.c_int(smem)), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
-    def launch(self, grid: int, threads: int, smem: int, stream: int, args: list) -> None:
-        ctypes_of = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
-        values = [ctypes_of[kind](value) for kind, value in args]
+    def prepare(self, pointers: list[str], fixed: list[tuple[str, Any]]) -> Callable[..., None]:
+        """As ``_CupyFunction.prepare``: the argument buffer is built once, each call writes its
+        tensors' addresses into the pointer slots and launches."""
+        values = [ctypes.c_uint64(0) for _ in pointers] + [_CTYPES[kind](value) for kind, value in fixed]
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
-        lib = self.lib()
+        slots = values[: len(pointers)]
+        lib, fn, lock = self.lib(), self.fn, threading.Lock()
         lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                                        ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self._check(lib.cuLaunchKernel(self.fn, grid, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), params, None), "cuLaunchKernel")
+
+        def launch(tensors: dict, grid: int, threads: int, smem: int, stream: int) -> None:
+            with lock:  # one argument buffer: two threads launching this key at once take turns
+                for slot, name in zip(slots, pointers):
+                    slot.value = tensors[name].data_ptr()
+                self._check(lib.cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, smem, ctypes.c_void_p(stream), params, None), "cuLaunchKernel")
+        return launch
 
 
 def _loader() -> str:
@@ -218,52 +243,108 @@ class CudaKernel:
                 raise LaunchError(f"{name} is on {t.device}; this kernel runs on a CUDA GPU", where=name, hint="move the tensors with .to('cuda')")
         check_scalars({n_: x for n_, x in scalars.items() if n_ != "alibi_slopes"})
         check_arguments(tensors, self.head_dim, self.head_dim_v, self.dtypes)
+        self._plan(tensors, scalars).run(tensors)
+
+    def _plan(self, tensors: dict[str, torch.Tensor], scalars: dict) -> "_Launches":
+        """Everything a call's launches need that follows from its shapes, strides, alignment and
+        scalars (never from the addresses): which inputs go through a contiguous copy, the
+        launch-time values, the scratch shapes, and per kernel its grid and argument list."""
+        q, k, o = tensors["q"], tensors["k"], tensors["o"]
         B, Hq, Sq, _ = q.shape
         Hkv, Sk = k.shape[1], k.shape[2]
-        if B * Hq * Sq == 0:
-            return
         device = q.device.index if q.device.index is not None else torch.cuda.current_device()
         # 16-byte row copies need unit inner strides, rows at 8-element multiples and 16-byte aligned data;
         # pair stores need even row strides. Other layouts go through a contiguous copy.
-        ins = {}
-        for name in ("q", "k", "v"):
-            t = tensors[name]
-            ok = t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0
-            ins[name] = t if ok else t.contiguous()
-        o_target = o
-        o_ok = o.stride(-1) == 1 and all(s % 2 == 0 for s in o.stride()[:-1]) and o.data_ptr() % 4 == 0
-        if not o_ok:
-            o = torch.empty(o.shape, dtype=o.dtype, device=o.device)
-        tensors.update(ins, o=o)
-        if self.takes_alibi:
-            tensors["alibi_slopes"] = tensors["alibi_slopes"].contiguous()
+        copied = tuple(name for name in ("q", "k", "v") if not (tensors[name].stride(-1) == 1 and all(s % 8 == 0 for s in tensors[name].stride()[:-1])
+                                                                and tensors[name].data_ptr() % 16 == 0))
+        o_direct = o.stride(-1) == 1 and all(s % 2 == 0 for s in o.stride()[:-1]) and o.data_ptr() % 4 == 0
+        strides = {name: (t.stride() if name not in copied else contiguous_strides(tuple(t.shape))) for name, t in tensors.items()}
+        if not o_direct:
+            strides["o"] = contiguous_strides(tuple(o.shape))
+        if "alibi_slopes" in tensors:
+            strides["alibi_slopes"] = (1,)  # passed contiguous
         values = dict(scalars)
         for name in ("window_left", "window_right"):
             if name in values:
                 values[name] = window_bound(name, values[name], Sq, Sk)
         sizes = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk}
         env = {**sizes, **launch_values(self.meta, sizes, device_sm_count(device))}
-        for name, (shape, dtype) in scratch_shapes(self.meta, env).items():  # this call's own: the kernels run on one stream
-            tensors[name] = torch.empty(shape, dtype=dtype, device=q.device)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        with torch.cuda.device(device):
+        scratch = scratch_shapes(self.meta, env)
+        for name, (shape, _) in scratch.items():
+            strides[name] = contiguous_strides(shape)
+        launches = []
+        if B * Hq * Sq != 0:
             for info in self.meta["kernels"]:  # in program order, on one stream: the combine reads what the partial kernel wrote
                 grid = grid_blocks(info, env)
                 if grid <= 0:
                     continue
                 if grid >= 2**31:
                     raise LaunchError(f"{grid} blocks exceed the grid limit", where="kernel call", hint="split the batch")
-                args = [("ptr", tensors[t].data_ptr()) for t in info["tensors"]]
-                args += [("i64", s) for t in info["tensors"] for s in tensors[t].stride()]
-                args += [("i32", sizes[s]) for s in SIZE_ARGS]
-                args += [("i32" if info["scalar_kinds"][s] == "int" else "f32", values[s]) for s in info["scalars"]]
-                args += [("i32", env[v]) for v in info.get("launch", [])]
-                self._function(device, info).launch(grid, info["threads"], info["smem"], stream, args)
-        if o is not o_target:
-            o_target.copy_(o)
+                fixed = [("i64", st) for t in info["tensors"] for st in strides[t]]
+                fixed += [("i32", sizes[s_]) for s_ in SIZE_ARGS]
+                fixed += [("i32" if info["scalar_kinds"][s_] == "int" else "f32", values[s_]) for s_ in info["scalars"]]
+                fixed += [("i32", env[v_]) for v_ in info.get("launch", [])]
+                fn = self._function(device, info)
+                launches.append((fn.prepare(info["tensors"], fixed), grid, info["threads"], info["smem"]))
+        return _Launches(device, copied, o_direct, scratch, launches)
+
+    def checked_launch(self, slots: list, **scalars) -> Callable[..., None]:
+        """For the later calls of a key of ``attention()``'s dispatch cache whose first launch
+        passed every check: the launches with the checks skipped, planned at the first of them
+        (grids, arguments, scratch shapes follow from the key, not from the addresses) and each
+        call's tensors put in. ``slots`` is the Triton launchers' recording; these launches need none."""
+        return _KeyLaunch(self, scalars)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         o, lse = new_outputs(q, v, self.dtypes.get("o", q.dtype))
         self.launch(q, k, v, o, lse, scale=scale, **scalars)
         return o, lse
+
+
+class _Launches:
+    """One key's planned launches (``CudaKernel._plan``); ``run`` puts a call's tensors in."""
+
+    __slots__ = ("device", "copied", "o_direct", "scratch", "launches")
+
+    def __init__(self, device: int, copied: tuple[str, ...], o_direct: bool, scratch: dict, launches: list):
+        self.device, self.copied, self.o_direct, self.scratch, self.launches = device, copied, o_direct, scratch, launches
+
+    def run(self, tensors: dict[str, torch.Tensor]) -> None:
+        if not self.launches:
+            return
+        tensors = dict(tensors)
+        for name in self.copied:
+            tensors[name] = tensors[name].contiguous()
+        o_target = tensors["o"]
+        if not self.o_direct:
+            tensors["o"] = torch.empty(o_target.shape, dtype=o_target.dtype, device=o_target.device)
+        if "alibi_slopes" in tensors:
+            tensors["alibi_slopes"] = tensors["alibi_slopes"].contiguous()
+        for name, (shape, dtype) in self.scratch.items():  # this call's own: the kernels run on one stream
+            tensors[name] = torch.empty(shape, dtype=dtype, device=o_target.device)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        with torch.cuda.device(self.device):
+            for launch, grid, threads, smem in self.launches:
+                launch(tensors, grid, threads, smem, stream)
+        if tensors["o"] is not o_target:
+            o_target.copy_(tensors["o"])
+
+
+class _KeyLaunch:
+    """``CudaKernel.checked_launch``: ``fn(q, k, v, o, lse[, alibi_slopes=...])`` with the checks
+    skipped; the first call plans the key's launches, every call runs them on its own tensors."""
+
+    __slots__ = ("kernel", "scalars", "planned")
+
+    def __init__(self, kernel: CudaKernel, scalars: dict):
+        self.kernel, self.scalars, self.planned = kernel, scalars, None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, **per_call) -> None:
+        tensors = dict(q=q, k=k, v=v, o=o, lse=lse)
+        scalars = {**self.scalars, **per_call}
+        if self.kernel.takes_alibi:
+            tensors["alibi_slopes"] = scalars["alibi_slopes"]
+        if self.planned is None:
+            self.planned = self.kernel._plan(tensors, {n_: x for n_, x in scalars.items() if n_ != "alibi_slopes"})
+        self.planned.run(tensors)
