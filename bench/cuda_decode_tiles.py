@@ -3,7 +3,9 @@ GQA 32/8, D=128, Sq=1), each candidate (BN, stages) of the planner's packed-GQA 
 translated by the CUDA backend, compiled in parallel, launched with NSPLIT from the split rule at
 several occupancy targets (programs per SM), checked against SDPA's math backend in fp32, and timed
 in GB/s of Q, K and V beside SDPA's cuDNN and flash backends and attnforge's Triton decode, in the
-same run (do_bench median, rounds in turns). An exploration tool like bench/cuda_tiles.py.
+same run: each call captured in a CUDA graph and the replays timed (do_bench median, rounds in
+turns), so the kernels are timed, not the host's work to issue them (a direct CudaKernel call
+takes about 0.3 ms of host time, as long as the kernels). An exploration tool like bench/cuda_tiles.py.
 
     PYTHONPATH=src:.gpu_deps python3 bench/cuda_decode_tiles.py --out OUT [--jobs 12]
 """
@@ -18,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROWS = {"decode-b64-sk4k": (64, 32, 8, 4096), "decode-b8-sk32k": (8, 32, 8, 32768)}
-CANDIDATES = [(64, 2), (64, 3), (64, 4), (32, 2), (32, 4), (128, 2)]  # (BN, stages); BM = 16: the 4 packed rows
+CANDIDATES = [(64, 2), (64, 3), (64, 4), (32, 2), (32, 3), (32, 4), (128, 2)]  # (BN, stages); BM = 16: the 4 packed rows
 PER_SM = (2, 4, 8)  # programs per SM the split count aims at (the shipped rule: 2)
 
 
@@ -34,6 +36,22 @@ def build(B: int, Hq: int, Hkv: int, Sk: int, bn: int, stages: int, workdir: Pat
     path = workdir / f"dec_{bn}_{stages}.cu"
     path.write_text(CudaBackend().translate(parse(text), head_dim=128, head_dim_v=128).source)
     return path
+
+
+def captured(f):
+    """One call of ``f`` in a CUDA graph (after two warm-up calls on a side stream)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        f()
+        f()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        f()
+    return graph
 
 
 def main() -> None:
@@ -96,10 +114,11 @@ def main() -> None:
                     cuda_kernel.split_count = rule
                     return kern(q, k, v, scale=scale)
                 provs[name] = call
+        graphs = {p: captured(f) for p, f in provs.items()}
         times = {p: [] for p in provs}
         for _ in range(2):
-            for p, f in provs.items():
-                times[p].append(do_bench(f, warmup=10, rep=args.rep_ms))
+            for p, g in graphs.items():
+                times[p].append(do_bench(g.replay, warmup=10, rep=args.rep_ms))
         cuda_kernel.split_count = shipped_rule
         med = {p: sorted(t)[len(t) // 2] for p, t in times.items()}
         print(f"{r}: cudnn {gbytes / med['cudnn'] * 1e3:.0f} GB/s, flash {gbytes / med['flash'] * 1e3:.0f}, "

@@ -442,11 +442,16 @@ def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int]
     2026-12-01 run 6: 0.92x FlashAttention-2 at D=64 against 0.78x with one m16 tile a warp).
     Past D=64 two row tiles a warp spill (their accumulators alone take 192 registers at D=128),
     so eight warps of one row tile each, two stages (3-8% faster than three at D=128; at D=256
-    three do not fit)."""
+    three do not fit); at D=128 a plain score (no mask, no modifier: nothing more to hold in
+    registers) takes BN=128, 4-7% faster than 64, where shared memory holds its two stages (170
+    KiB: Hopper). A masked score spills at BN=128, and so do some head dims below 120 (nvcc 13)."""
     d = max(spec.head_dim, spec.head_dim_v)
     if d <= 64:
         return dict(BM=128, BN=64, warps=4, stages=3), "mma.sync kernels: BM=128 in 4 warps (two m16 row tiles a warp), BN=64, 3 stages"
-    return dict(BM=128, BN=64, warps=8, stages=2), "mma.sync kernels: BM=128 in 8 warps (one m16 row tile a warp: two would spill), BN=64, 2 stages"
+    bn = 128 if 112 < d <= 128 and not _features(spec) and target.smem_per_block_optin >= 170 * 1024 else 64
+    return (dict(BM=128, BN=bn, warps=8, stages=2),
+            f"mma.sync kernels: BM=128 in 8 warps (one m16 row tile a warp: two would spill), BN={bn}"
+            + (" (a plain score)" if bn == 128 else "") + ", 2 stages")
 
 
 def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:
@@ -492,10 +497,19 @@ def split_reason(spec: AttentionSpec, target: Target, programs: int, per_program
             f"{target.sm_count} SMs")
 
 
-def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+def _decode_bn(spec: AttentionSpec, mma: str) -> int:
+    """K/V tile rows of a split-KV partial kernel. mma.sync kernels take 32: their one-warp blocks of
+    16 rows need little shared memory then, so more of them share an SM (0.89x cuDNN's GB/s on the
+    H200 against 0.77x at 64, bench/RESULTS.md 2026-12-01 run 6)."""
+    if mma == "mma_sync":
+        return 32
+    return 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+
+
+def _decode_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:
     if packs_gqa(spec):
-        return _packed_candidates(spec, target)
-    bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+        return _packed_candidates(spec, target, mma)
+    bn = _decode_bn(spec, mma)
     programs = spec.batch * spec.heads  # Sq = 1 here (a group of 1): one row block per head
     why = f"decode: BM=16 (the smallest MMA row count); {split_reason(spec, target, programs, 'B*Hq', bn)}"
     out = [Candidate(dict(BM=16, BN=bn, warps=4, stages=2), why)]
@@ -504,9 +518,9 @@ def _decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     return out
 
 
-def _packed_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
+def _packed_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:
     """Packed GQA, split-KV: BM covers the group's G * Sq rows (16..64); NSPLIT, chosen at launch, fills the SMs."""
-    bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
+    bn = _decode_bn(spec, mma)
     rows = spec.group_size * spec.seqlen_q
     bm = min(64, max(16, 1 << (rows - 1).bit_length()))
     programs = spec.batch * spec.kv_heads * math.ceil(rows / bm)
@@ -531,7 +545,7 @@ def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused
     if mma not in MMA_RULES:
         raise ValueError(f"mma rules {mma!r}: one of {', '.join(MMA_RULES)}")
     kind = "decode" if spec.is_decode or packs_gqa(spec) else "prefill"  # packed small-Sq prefill: the split-KV pair too
-    cands = _decode_candidates(spec, target) if kind == "decode" else _prefill_candidates(spec, target, mma)
+    cands = _decode_candidates(spec, target, mma) if kind == "decode" else _prefill_candidates(spec, target, mma)
     if tma and tma_usable(spec, target) and "tma" not in refused:
         cands = [Candidate({**c.params, "tma": 1}, c.reason + "; q/k/v through TMA descriptors") for c in cands]
     return kind, cands
