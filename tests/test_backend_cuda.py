@@ -15,7 +15,7 @@ from attnforge.backends import choose_backend, get_backend, names
 from attnforge.compile_report import check_fits
 from attnforge.errors import AttnforgeError, CompileError, DoesNotFitError, TranslateError
 from attnforge.generate import generate
-from attnforge.plan.builtin import plan, plans
+from attnforge.plan.builtin import plan, plans_for
 from attnforge.selftest.mutants import CUDA_MUTANTS, SPECS
 from attnforge.tl import catalog
 from attnforge.tl import nodes as n
@@ -32,7 +32,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 def _source(spec: AttentionSpec, target: str) -> str:
     t = get_target(target)
-    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, spec, t))
     return cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl").source
 
 
@@ -41,7 +41,7 @@ def _fitting(spec: AttentionSpec, target: str, tmp_path):
     from attnforge.backends.cuda.compile import compile_for_target
 
     t = get_target(target)
-    for p in plans(spec, t, refused=cuda.refused_strategies(t)):
+    for p in plans_for(cuda, spec, t):
         src = cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
         reports = compile_for_target(src, t, tmp_path)
         try:
@@ -63,7 +63,7 @@ def test_registered_after_triton_and_listed():
 def test_every_tl_line_is_a_comment_above_its_code():
     spec = AttentionSpec(heads=8, kv_heads=2, head_dim=128, dtype="bf16", causal=True)
     t = get_target("a100")
-    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, spec, t))
     src = cuda.translate(p.program, head_dim=128, head_dim_v=128).source
     stmts = [line.strip() for line in p.source.splitlines() if line.strip() and not line.startswith(("#", "kernel", "target", "computes", "dtype", "param", "scalar", "grid"))]
     comments = [line.split("// TL: ", 1)[1] for line in src.splitlines() if "// TL: " in line]

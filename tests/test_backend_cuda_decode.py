@@ -15,7 +15,7 @@ from test_backend_cuda import _fitting, cuda  # the CUDA tests' helpers: plan, t
 from attnforge import AttentionSpec, get_target
 from attnforge.backends.cuda.kernel import grid_blocks, launch_values, scratch_shapes
 from attnforge.backends.cuda.module import read_meta
-from attnforge.plan.builtin import plan
+from attnforge.plan.builtin import plans_for
 from attnforge.splits import split_count
 
 pytestmark = pytest.mark.skipif(cuda.versions()["nvcc"] == "missing", reason="nvcc not installed")
@@ -59,7 +59,7 @@ def test_decode_programs_compile_without_spills(spec, target, tmp_path):
 @pytest.mark.parametrize("spec", [PACKED, VERIFY, UNPACKED, FEATURES])
 def test_both_kernels_with_every_tl_statement_as_a_comment(spec):
     t = get_target("a100")
-    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, spec, t))
     src = cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl").source
     header = ("#", "kernel", "target", "computes", "dtype", "param", "launch", "scalar", "grid", "scratch")
     stmts = [line.strip() for line in p.source.splitlines() if line.strip() and not line.startswith(header)]
@@ -76,7 +76,7 @@ def test_both_kernels_with_every_tl_statement_as_a_comment(spec):
 
 def test_packed_rows_are_head_and_position_pairs_masked_by_the_views_rows():
     t = get_target("a100")
-    p = plan(FEATURES, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, FEATURES, t))
     src = cuda.translate(p.program, head_dim=128, head_dim_v=128).source
     partial, combine = src.split("// ---- kernel attn_decode_combine")
     # Q rows: head hk * G + r % G (stride of the head dim), position r // G (stride of the sequence)
@@ -100,7 +100,7 @@ def test_packed_rows_are_head_and_position_pairs_masked_by_the_views_rows():
 
 def test_unpacked_decode_keeps_plain_rows():
     t = get_target("a100")
-    p = plan(UNPACKED, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, UNPACKED, t))
     src = cuda.translate(p.program, head_dim=128, head_dim_v=128).source
     assert not re.search(r"\baf_(vr|hi)\b", src)
     assert "af_store2(O + (long long)af_row * stride_o_part3 + af_col" in src  # o_part (B, Hq, NSPLIT, Sq, Dv): rows are positions
@@ -111,7 +111,7 @@ def test_unpacked_decode_keeps_plain_rows():
 @pytest.mark.parametrize("call_sk", [None, 0, 1, 100_000])  # one kernel serves every KV length: the host recomputes per call
 def test_host_side_split_count_scratch_and_grids(spec, sm_count, call_sk):
     t = get_target("a100")
-    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, spec, t))
     meta = read_meta(cuda.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source)
     B, Hq, Hkv, Sq, Dv = spec.batch, spec.heads, spec.kv_heads, spec.seqlen_q, spec.head_dim_v
     Sk = spec.seqlen_k if call_sk is None else call_sk

@@ -607,6 +607,12 @@ def _kind_params(params: dict[str, int]) -> frozenset[str]:
     return frozenset(params) - {"tma", "persistent"}
 
 
+def plans_for(backend, spec: AttentionSpec, target: Target, **options) -> Iterator[Plan]:
+    """``plans`` for the kernels ``backend`` builds: the strategies it refuses on ``target`` and the
+    tiles of the MMA it issues (``Backend.refused_strategies``, ``Backend.mma``)."""
+    return plans(spec, target, refused=backend.refused_strategies(target), mma=backend.mma, **options)
+
+
 def plan(spec: AttentionSpec, target: Target, *, tma: bool = True, refused: Collection[str] = (), mma: str = "target") -> Plan:
     """The first plan of ``plans`` (the planner's best candidate the checker accepts)."""
     return next(plans(spec, target, tma=tma, refused=refused, mma=mma))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ...plan.builtin import plans
+from ...plan.builtin import plans_for
 from ...spec import AttentionSpec
 from ...targets import get_target
 from ...verify import CaseShape, verification_shapes, verify
@@ -71,7 +71,7 @@ def build(spec: AttentionSpec, target_name: str, out: Path, tag: str) -> tuple[P
     """The first plan whose CUDA kernel compiles for the target without spills and fits: (file, params, reports)."""
     target = get_target(target_name)
     last = None
-    for p in plans(spec, target, refused=BE.refused_strategies(target)):
+    for p in plans_for(BE, spec, target):
         tr = BE.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
         reps = compile_for_target(tr.source, target, None)
         try:
@@ -222,7 +222,7 @@ def phase_time(args, out: Path, deadline: float) -> list[dict]:
                 from ...backends import get_backend
                 tb = get_backend("triton")
                 t = get_target(args.target)
-                p = next(plans(spec, t, refused=tb.refused_strategies(t)))
+                p = next(plans_for(tb, spec, t))
                 tr = tb.translate(p.program, head_dim=d, head_dim_v=d, file="kernel.tl")
                 tp = out / "src" / ("triton-" + tag.replace("/", "_") + ".py")
                 tp.write_text(tr.source)
