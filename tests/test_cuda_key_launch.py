@@ -90,6 +90,20 @@ def test_an_input_the_copies_cannot_read_goes_through_a_contiguous_copy_on_every
     assert [v for _, v in k_strides] == list(torch.empty(2, 2, 500, 64).stride())
 
 
+def test_a_contiguous_input_off_16_bytes_is_copied_to_an_aligned_buffer(monkeypatch):
+    """.contiguous() would hand back the misaligned tensor itself: the copy must be a fresh allocation."""
+    rec = _Recorder()
+    kernel = _kernel(monkeypatch, rec, _PREFILL)
+    fast = kernel.checked_launch([], scale=0.125)
+    for _ in range(2):
+        t = _tensors()
+        flat = torch.randn(t["q"].numel() + 2)
+        t["q"] = flat[2:].view(t["q"].shape)  # contiguous, 8 bytes past an aligned start
+        assert t["q"].is_contiguous() and t["q"].data_ptr() % 16 != 0
+        fast(t["q"], t["k"], t["v"], t["o"], t["lse"])
+        assert rec.calls[-1]["ptrs"]["q"] % 16 == 0 and rec.calls[-1]["ptrs"]["q"] != t["q"].data_ptr()
+
+
 def test_split_kv_scratch_is_allocated_per_call_in_the_keys_shapes_and_shared_by_both_kernels(monkeypatch):
     meta = {"launch": [{"name": "NSPLIT", "programs": "B * Hkv", "tiles": "(-((-Sk) // 64))"}],
             "scratch": [{"name": "o_part", "shape": ["B", "NSPLIT", "Hq", "Sq", "128"], "format": "fp32"},

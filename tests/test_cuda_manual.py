@@ -54,11 +54,11 @@ def test_the_manual_for_one_target_names_its_path_and_instructions():
 
 def test_the_manual_abi_matches_a_real_translation():
     from attnforge.backends import get_backend
-    from attnforge.plan.builtin import plan
+    from attnforge.plan.builtin import plans_for
 
     cuda, t = get_backend("cuda"), get_target("a100")
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="fp16", causal=True)
-    p = plan(spec, t, refused=cuda.refused_strategies(t))
+    p = next(plans_for(cuda, spec, t))
     src = cuda.translate(p.program, head_dim=64, head_dim_v=64).source
     params = src.split('attn_fwd(\n', 1)[1].split(") {", 1)[0]
     assert params.index("q_ptr") < params.index("long long stride_q0") < params.index("int B,") < params.index("float scale")

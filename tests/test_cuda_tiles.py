@@ -20,6 +20,11 @@ def _first(backend, spec, target):
     return next(plans_for(backend, spec, get_target(target))).params
 
 
+def test_turing_keeps_the_pre_ampere_tiles():
+    # 64 KiB of shared memory: 128-row blocks only fit after failed compiles; the old rule compiles first time
+    assert _first(cuda, AttentionSpec(heads=8, head_dim=64, dtype="fp16", seqlen_q=4096), "t4") == dict(BM=64, BN=64, warps=4, stages=2)
+
+
 @pytest.mark.parametrize("target", ["h200", "a100", "l4"])
 def test_two_row_tiles_a_warp_at_d64_one_past_it(target):
     d64 = _first(cuda, AttentionSpec(heads=8, head_dim=64, dtype="bf16", seqlen_q=4096), target)

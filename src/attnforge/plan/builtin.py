@@ -457,7 +457,7 @@ def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int]
 def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:
     d = max(spec.head_dim, spec.head_dim_v)
     big_smem = target.smem_per_block_optin >= 160 * 1024
-    if mma == "mma_sync":
+    if mma == "mma_sync" and target.cc >= (8, 0):  # (Turing keeps the pre-Ampere rule: its 64 KiB take no 128-row blocks of these)
         first, why = _mma_sync_tiles(spec, target)
     elif target.has_wgmma or target.has_tcgen05:
         # Hopper/Blackwell: 128-row blocks are what wgmma (two warpgroups) and tcgen05 want; wide
@@ -541,7 +541,7 @@ def candidates(spec: AttentionSpec, target: Target, *, tma: bool = True, refused
     and head dims that allow it, and a backend that does not refuse it) q/k/v tiles are read
     through TMA descriptors: 0.72-0.78x cuDNN against 0.54-0.64x with pointer loads, measured on
     the H200 (bench/RESULTS.md). ``refused``: strategies the backend rules out on ``target``.
-    ``mma``: the MMA the backend issues (``MMA_RULES``), which the prefill tiles follow."""
+    ``mma``: the MMA the backend issues (``MMA_RULES``), which the tiles follow (prefill, and the split-KV partial kernel's BN)."""
     if mma not in MMA_RULES:
         raise ValueError(f"mma rules {mma!r}: one of {', '.join(MMA_RULES)}")
     kind = "decode" if spec.is_decode or packs_gqa(spec) else "prefill"  # packed small-Sq prefill: the split-KV pair too

@@ -91,7 +91,8 @@ class CudaBackend(Backend):
     def versions(self) -> dict[str, str]:
         from .compile import nvcc_version
 
-        return {"nvcc": nvcc_version(), "cuda_backend": "1"}
+        # cuda_backend: bumped when the tiles or the emitted code change, so cached kernels are rebuilt
+        return {"nvcc": nvcc_version(), "cuda_backend": "2"}
 
 
 __all__ = ["CudaBackend", "CudaModule", "translate"]

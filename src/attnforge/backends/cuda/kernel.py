@@ -314,8 +314,8 @@ class _Launches:
         if not self.launches:
             return
         tensors = dict(tensors)
-        for name in self.copied:
-            tensors[name] = tensors[name].contiguous()
+        for name in self.copied:  # a fresh allocation (aligned): .contiguous() returns a misaligned contiguous view as it is
+            tensors[name] = tensors[name].clone(memory_format=torch.contiguous_format)
         o_target = tensors["o"]
         if not self.o_direct:
             tensors["o"] = torch.empty(o_target.shape, dtype=o_target.dtype, device=o_target.device)
