@@ -16,21 +16,13 @@ import torch
 from triton.testing import do_bench
 
 import attnforge
-from attnforge.reference import attention_reference
 from attnforge.backends.cuda.kernel import CudaKernel
+from attnforge.reference import attention_reference
+from cuda_decode_tiles import captured  # bench/: the script's own directory
 
 
 def graph_ms(f) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        f()
-        f()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        f()
-    return sorted(do_bench(graph.replay, warmup=10, rep=40) for _ in range(3))[1]
+    return sorted(do_bench(captured(f).replay, warmup=10, rep=40) for _ in range(3))[1]
 
 
 def main() -> None:

@@ -160,11 +160,30 @@ def test_pipeline_lint_and_cuda_mutants():
     spec, _ = SPECS["causal"]
     src = _source(spec, "h200")
     lint(src)
-    swapped, no_wait = (m.apply(src) for m in CUDA_MUTANTS if m.spec == "causal")
+    by_name = {m.name: m for m in CUDA_MUTANTS}
+    swapped, no_wait = by_name["cuda_fragment_rows_swapped"].apply(src), by_name["cuda_cp_async_wait_missing"].apply(src)
     assert swapped != src and no_wait != src
     lint(swapped)  # a wrong fragment mapping is only caught by running it (the GPU grid)
     with pytest.raises(CompileError, match="cp.async waits"):
         lint(no_wait)
+
+
+def test_the_copy_softmax_and_normalize_mutants_apply_pass_the_lint_and_compile(tmp_path):
+    """Mutants of the walking-pointer copies, the softmax's FFMA form and Normalize's reciprocal: they
+    compile and pass the lint, so only verification on a GPU (gpucheck --phase mutants) can kill them."""
+    from attnforge.backends.cuda.compile import compile_for_target, lint
+
+    spec, target = SPECS["causal"]
+    src = _source(spec, target)
+    by_name = {m.name: m for m in CUDA_MUTANTS}
+    texts = {name: by_name[name].apply(src) for name in ("cuda_copy_walks_a_row_short", "cuda_softmax_shift_in_natural_units",
+                                                        "cuda_normalize_reads_the_other_rows_sum")}
+    assert "(long long)(32 - 1) * stride_k2" in texts["cuda_copy_walks_a_row_short"]  # D=32: 4 chunks a row, 32 rows a pass
+    for name, text in texts.items():
+        assert text != src
+        lint(text)
+        reports = compile_for_target(text, get_target(target), tmp_path / name)
+        assert all(r.spill_bytes == 0 for r in reports), name
 
 
 def test_the_decode_mutants_apply_and_compile(tmp_path):

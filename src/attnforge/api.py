@@ -182,7 +182,7 @@ class _Prepared:
             self.fast(q, k, v, o, lse, **per_call)
             return
         keyed = getattr(self.kernel, "launch_keyed", None)
-        if keyed is None:  # a kernel whose launches are not recorded (the CUDA backend's plans its own)
+        if keyed is None:  # a kernel whose launches are not recorded (the CUDA backend's: it plans them itself)
             self.kernel.launch(q, k, v, o, lse, **self.scalars, **per_call)
         else:
             keyed(q, k, v, o, lse, slots=self.slots, **self.scalars, **per_call)

@@ -441,7 +441,7 @@ def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int]
     MMAs, which shared-memory bandwidth needs (measured on the H200, bench/RESULTS.md
     2026-12-01 run 6: 0.92x FlashAttention-2 at D=64 against 0.78x with one m16 tile a warp).
     Past D=64 two row tiles a warp spill (their accumulators alone take 192 registers at D=128),
-    so eight warps of one row tile each, two stages (3-8% faster than three at D=128; at D=256
+    so eight warps of one row tile each, two stages (3-10% faster than three at D=128; at D=256
     three do not fit); at D=128 a plain score (no mask, no modifier: nothing more to hold in
     registers) takes BN=128, 4-7% faster than 64, where shared memory holds its two stages (170
     KiB: Hopper). A masked score spills at BN=128, and so do some head dims below 120 (nvcc 13)."""

@@ -21,8 +21,9 @@ from .base import CTYPE, INDENT, EmitterBase, Pipe, Rows, RTile, ceil16
 # Registers a thread may hold in fp32 accumulators (the output tile and the score tile) and the
 # query tile's A fragments together before the A fragments are re-read from shared memory per k
 # slice instead (FlashAttention-2 keeps Q in shared memory by default). Measured on the H200
-# (bench/cuda_tiles.py): Q kept at 128-160 (D <= 128 with one m16 tile a warp, D=64 with two) is
-# 15-20% faster than re-read; past it (D=256: 224) the kernel spills or falls back to narrower tiles.
+# (bench/cuda_tiles.py, D=128, one m16 tile a warp, BN=64: 128 registers held): Q kept is 13-18%
+# faster than re-read without a mask, about 3% slower under the causal mask; at D=256 (224 held) Q kept
+# pushes BN down to 16, 0.69x FlashAttention-2 against 0.84x re-read at BN=64.
 Q_REGISTER_BUDGET = 160
 # A tile copy of more trips per thread than this is unrolled by 4, not whole: unrolled whole, nvcc
 # keeps every trip's address (or, on sm_75, its loaded data) live across the K/V loop and spills (a
@@ -125,55 +126,39 @@ class MemoryEmitter(EmitterBase):
         per_row = sh.cols_pad // 8
         nt = self.warps * 32
         trips = -(-chunks // nt)
-        guard = "" if chunks % nt == 0 else f"if (af_c < {chunks}) "
-        if view.pack is None and nt % per_row == 0:  # a pass of the block covers whole rows: one pointer walks them
-            return self._strided_load_code(s, sh, row0, extent, row_stride, slot, trips, per_row, nt)
-        if view.pack is None:  # rows at one stride from the tile's first
-            head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
-                    f"const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};"]
-            per_row_lines, address = [], f"af_src + (long long)af_r * {row_stride}"
-        else:  # packed: each row its own pointer (head, position); rows past the view's G * Sq zero-filled
-            head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;  // packed rows: (head, position) pairs"]
-            per_row_lines = ["const int af_vr = af_row0 + af_r;  // the view's row"]
-            address = f"{s.src} + {self._row_offset(view, s.coord[0], 'af_vr')}"
+        head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;"]
+        if view.pack is None and nt % per_row == 0:
+            # a pass of the block covers whole rows: each thread keeps one pointer and steps it by the
+            # pass's rows (written as base + row * stride per trip, nvcc hoists every trip's 64-bit
+            # offset out of the K/V loop: 16 live registers a tile at 8 trips, the spills of a
+            # 4-warp BM = 128 kernel)
+            step = nt // per_row
+            head += [f"const int af_r0 = af_tid / {per_row}, af_col = (af_tid % {per_row}) * 8;  // this thread's first row and column",
+                     f"const af_elem* af_p = {s.src} + (long long)(af_row0 + af_r0) * {row_stride} + af_col;",
+                     f"const long long af_step = (long long){step} * {row_stride};  // {step} rows a pass"]
+            advance, trip, in_guard, guard, address = ", af_p += af_step", f"const int af_r = af_r0 + af_i * {step};", [], f"af_r < {rows}", "af_p"
+        else:
+            trip, in_guard = "const int af_c = af_tid + af_i * af_NT;", [f"const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;"]
+            advance, guard = "", f"af_c < {chunks}"
+            if view.pack is None:  # rows at one stride from the tile's first
+                head.append(f"const af_elem* af_src = {s.src} + (long long)af_row0 * {row_stride};")
+                address = f"af_src + (long long)af_r * {row_stride} + af_col"
+            else:  # packed: each row its own pointer (head, position); rows past the view's G * Sq zero-filled
+                head[0] += "  // packed rows: (head, position) pairs"
+                in_guard.append("const int af_vr = af_row0 + af_r;  // the view's row")
+                address = f"{s.src} + {self._row_offset(view, s.coord[0], 'af_vr')} + af_col"
+        guard = "" if chunks % nt == 0 else f"if ({guard}) "
         return [
             "{",
             *(INDENT + line for line in head),
             f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
             copy_unroll(trips, self.warps),
-            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i) {{",
-            f"{INDENT * 2}const int af_c = af_tid + af_i * af_NT;",
+            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i{advance}) {{",
+            f"{INDENT * 2}{trip}",
             f"{INDENT * 2}{guard}{{",
-            f"{INDENT * 3}const int af_r = af_c / {per_row}, af_col = (af_c % {per_row}) * 8;",
-            *(INDENT * 3 + line for line in per_row_lines),
+            *(INDENT * 3 + line for line in in_guard),
             f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} + af_col : {s.src}, af_in);",
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
-        ]
-
-    def _strided_load_code(self, s: n.Copy, sh, row0: str, extent: str, row_stride: str, slot: str,
-                           trips: int, per_row: int, nt: int) -> list[str]:
-        """A global->shared Copy whose every pass of the block's threads covers whole rows: each
-        thread keeps one pointer and steps it by the pass's rows. (Written as ``base + r * stride``
-        per trip, nvcc hoists every trip's 64-bit offset out of the K/V loop: 16 live registers per
-        tile at 8 trips, the spills of a 4-warp BM = 128 kernel.)"""
-        step = nt // per_row
-        guard = "" if trips * step == sh.rows else f"if (af_r < {sh.rows}) "
-        return [
-            "{",
-            f"{INDENT}const int af_row0 = {row0}, af_rows = {extent} - af_row0;",
-            f"{INDENT}const int af_r0 = af_tid / {per_row}, af_col = (af_tid % {per_row}) * 8;  // this thread's first row and column",
-            f"{INDENT}const af_elem* af_p = {s.src} + (long long)(af_row0 + af_r0) * {row_stride} + af_col;",
-            f"{INDENT}const long long af_step = (long long){step} * {row_stride};  // {step} rows a pass",
-            f"{INDENT}af_elem* af_dst = {s.dst} + ({slot}) * {sh.slot_elems};",
-            copy_unroll(trips, self.warps),
-            f"{INDENT}for (int af_i = 0; af_i < {trips}; ++af_i, af_p += af_step) {{",
-            f"{INDENT * 2}const int af_r = af_r0 + af_i * {step};",
-            f"{INDENT * 2}{guard}{{",
-            f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? af_p : {s.src}, af_in);",
+            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} : {s.src}, af_in);",
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
