@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from ..abi import scalar_values
 from ..dtypes import FORMATS, KERNEL_DTYPES
@@ -32,7 +32,8 @@ from ..tl.findings import CheckResult
 from ..tl.parser import parse, parse_expr
 from ..tl.printer import expr as show_expr
 
-
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -607,7 +608,7 @@ def _kind_params(params: dict[str, int]) -> frozenset[str]:
     return frozenset(params) - {"tma", "persistent"}
 
 
-def plans_for(backend, spec: AttentionSpec, target: Target, **options) -> Iterator[Plan]:
+def plans_for(backend: Backend, spec: AttentionSpec, target: Target, **options) -> Iterator[Plan]:
     """``plans`` for the kernels ``backend`` builds: the strategies it refuses on ``target`` and the
     tiles of the MMA it issues (``Backend.refused_strategies``, ``Backend.mma``)."""
     return plans(spec, target, refused=backend.refused_strategies(target), mma=backend.mma, **options)
