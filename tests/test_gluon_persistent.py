@@ -90,6 +90,12 @@ class _Recorder:
     def async_copy_global_to_shared(self, desc, coord, bar, dst):
         self.events.append(("copy", dst.ring, dst.slot, tuple(int(c) for c in coord), bar.ring, bar.slot))
 
+    def async_copy_shared_to_global(self, desc, coord, src):  # O's TMA store (ostage)
+        self.events.append(("ostore", src.slot, tuple(int(c) for c in coord)))
+
+    def store_wait(self, pending):
+        self.events.append(("store_wait", int(pending)))
+
     # wgmma
     def warpgroup_mma(self, a, b, acc, **k):
         self.events.append(("gemm", b.ring, b.slot))
@@ -239,10 +245,31 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                     pending = [(r, c) for r, c in pending if r != "Ks"]
             for ring, coord in pending:  # V tiles of the last scores, each the K tile's partner
                 assert ring == "Vs"
+            _check_o_stores(pid, role, events, q_tiles, bm)
             assert tiles_done == [t for t in q_tiles if t in tiles_done], f"program {pid} {role}: tiles out of the load warp's order"
         assert not seen & set(q_tiles), f"program {pid} takes a work tile another took"
         seen |= set(q_tiles)
     return seen
+
+
+def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int) -> None:
+    """An ostage kernel's O leaves by TMA stores from the warpgroup's staging slot: one per work tile,
+    at the tile's rows of this warpgroup, and the slot is written again (or the program ends) only
+    after a wait for the store before it."""
+    stores = [e for e in events if e[0] == "ostore"]
+    if not stores:
+        return
+    wg = int(role[-1])  # (warpgroup set 1 exists in ping-pong only, where each set owns BM / 2 rows)
+    want = [(b, h, m * bm + wg * (bm // 2), 0) for m, b, h in tiles]
+    assert [c for _, _, c in stores] == want, f"program {pid} {role}: O stored at {[c for _, _, c in stores]}, not the work tiles' rows {want}"
+    unwaited = False
+    for e in events:
+        if e[0] == "ostore":
+            assert not unwaited, f"program {pid} {role}: O store into the staging slot before the store before it was waited for"
+            unwaited = True
+        elif e[0] == "store_wait" and e[1] == 0:
+            unwaited = False
+    assert not unwaited, f"program {pid} {role}: the program ends with an O store not waited for"
 
 
 def _source(spec: AttentionSpec, params: dict[str, int]) -> str:
@@ -262,10 +289,11 @@ SPECS = {
 
 @settings(max_examples=25, deadline=None)
 @given(key=st.sampled_from(sorted(SPECS)), B=st.integers(1, 3), Sq=st.integers(1, 700), Sk=st.integers(1, 900),
-       programs=st.integers(1, 7), persistent=st.booleans())
-def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent):
+       programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.booleans())
+def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage):
     spec, params = SPECS[key]
-    source = _source(spec, {**params, **({"persistent": 1} if persistent else {})})
+    source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": 1} if ostage else {})})
+    assert ("async_copy_shared_to_global" in source) == ostage
     nm = -(-Sq // params["BM"])
     if not persistent:  # one program per work tile
         programs = nm * B * spec.heads
@@ -274,7 +302,7 @@ def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, prog
     assert tiles == {(m, b, h) for m in range(nm) for b in range(B) for h in range(spec.heads)}
 
 
-@pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck"])
+@pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup"])
 def test_the_simulated_roles_kill_the_persistent_mutants(name):
     from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS
 
@@ -285,8 +313,20 @@ def test_the_simulated_roles_kill_the_persistent_mutants(name):
     source = translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     bm, bn, stages = plan.params["BM"], plan.params["BN"], plan.params["stages"]
     _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
-    with pytest.raises(AssertionError, match="phase|came from|filled it"):
+    with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at"):
         _check_protocol(_run(mutant.apply(source), spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
+
+
+def test_an_o_store_into_a_slot_still_being_read_is_caught():
+    """The wait before the staging slot is written again, dropped: a race on a GPU that verification
+    may miss (the store before usually has read the slot by then); the replayed protocol sees it."""
+    spec, params = SPECS["causal-d64"]
+    source = _source(spec, {**params, "persistent": 1, "ostage": 1})
+    unwaited = re.sub(r"^\s*tma\.store_wait\(0\)  # the previous work tile's O store.*\n", "", source, flags=re.M)
+    assert unwaited != source
+    _check_protocol(_run(source, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
+    with pytest.raises(AssertionError, match="before the store before it was waited for"):
+        _check_protocol(_run(unwaited, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
 
 
 def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():

@@ -259,6 +259,8 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_persistent_q_phase_stuck", "hopper_persistent", "kernel", r"mbarrier\.wait\(q_ready, \(\(0\) \+ tiles\) % 2\)",
            "mbarrier.wait(q_ready, 0)",
            "the wait for Q keeps phase 0: from the second work tile on it passes at once and the GEMMs read the previous tile's Q"),
+    Mutant("gluon_ostage_rows_of_one_warpgroup", "hopper_persistent", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
+           "both warpgroup sets' TMA stores of O go to the first set's rows: the second half of every row tile is never written"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),

@@ -11,8 +11,8 @@ planner's first choice in the same run. Without a GPU, candidates run in the int
 tiny shape: the search and the database work, but the times say nothing about a GPU.
 
 A backend that translates the Hopper form (``tl_form == "hopper"``: gluon) is searched over that
-form's parameters instead: K/V tile width, ring depth and the two schedule switches (``pingpong``,
-``overlap``); it has no interpreter, so it is tuned on its GPU only.
+form's parameters instead: K/V tile width, ring depth and the schedule switches (``pingpong``,
+``overlap``, ``persistent``, ``ostage``); it has no interpreter, so it is tuned on its GPU only.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
-    the schedule switches (BM stays 128: two warpgroups of 64 rows, wgmma's smallest M per warpgroup)."""
-    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1], "persistent": [0, 1]}
-    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent"))
+    the schedule switches, O's staging tile (BM stays 128: two warpgroups of 64 rows, wgmma's smallest M per warpgroup)."""
+    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1]}
+    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 
 
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...tl import nodes as n
 from ...tl.printer import expr as show_expr
 from ...tl.printer import stmt as stmt_lines
-from .shape import Q_FREE_NAME, TileLoop, _fail
+from .shape import O_STAGE_NAME, Q_FREE_NAME, TileLoop, _fail
 from ...analysis import LN2, LOG2E
 from .writer import Q_STRIDES, Writer, next_work_tile, shared_args, work_tiles
 
@@ -257,6 +257,8 @@ def compute_fn(m: Writer) -> None:
     if hk.persistent:
         next_work_tile(m, "lo", "hi", 1)
         m.depth = 0
+    if hk.ostage:
+        m.emit(f"tma.store_wait(0)  # the last O store has read {O_STAGE_NAME} before the program ends", 1)
     m.emit()
 
 
@@ -276,6 +278,8 @@ def _epilogue(m: Writer) -> None:
             m.emit(f"out = (acc * gl.expand_dims(gl.where(l_o == 0.0, 0.0, 1.0 / l_o), 1)){_stored_as(m)}  # a row that saw no key: 0", 1)
         elif isinstance(s, n.LogSumExp):
             m.emit(f"lse_r = gl.where(l_i == 0.0, -float('inf'), {lse_of})", 1)
+        elif s is m.hk.epilogue[2] and m.hk.ostage:
+            _tma_store_o(m, s)
         elif s is m.hk.epilogue[2]:  # the store of O (shape.read checked the order)
             view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[0]
             m.emit("o_rows = m * BM + WG * HM + gl.arange(0, HM, layout=row_o)", 1)
@@ -291,6 +295,21 @@ def _epilogue(m: Writer) -> None:
                    f"mask=rows < {m.dev(view.shape[0])})", 1)
         else:
             _fail(s, f"{type(s).__name__} after the tile loops: the gluon backend takes Normalize, LogSumExp and the stores of O and LSE", m.file)
+
+
+def _tma_store_o(m: Writer, s: n.Copy) -> None:
+    """``ostage = 1``: each warpgroup set writes its HM rows of O into its slot of the staging tile and
+    one TMA store takes them to global memory (rows past Sq are not written), while the warpgroup goes
+    on to its next work tile; before the slot is written again, the store before has read it."""
+    view = m.hk.views[s.dst]
+    lead = [m.dev(e) for e in view.offset]
+    rows = f"({m.dev(s.coord[0])}) * {m.dev(s.tile[0])} + WG * HM"
+    cols = f"({m.dev(s.coord[1])}) * {m.dev(s.tile[1])}"
+    if m.hk.persistent:
+        m.emit(f"tma.store_wait(0)  # the previous work tile's O store has read {O_STAGE_NAME}", 1)
+    m.emit(f"{O_STAGE_NAME}.index(WG).reshape([HM, Dv]).store(out)", 1)
+    m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
+    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{', '.join(lead + [rows, cols])}], {O_STAGE_NAME}.index(WG))", 1)
 
 
 def _stored_as(m: Writer) -> str:

@@ -28,7 +28,7 @@ from ..triton.launcher import KernelInfo
 from ..triton.launcher import check_host_name
 from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn
-from .shape import Q_FREE_NAME, _fail
+from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
 from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
 
 # ---------------------------------------------------------------------- the load role
@@ -128,6 +128,9 @@ def _kernel_fn(m: Writer) -> None:
         desc = f"{_filled_from(m, name)}_desc"
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
+    if hk.ostage:
+        m.emit(f"# ostage = 1: O's staging tile, a slot of HM rows per warpgroup set, emptied by TMA stores", 1)
+        m.emit(f"{O_STAGE_NAME} = gl.allocate_shared_memory(o_desc.dtype, [{2 if hk.pingpong else 1}] + o_desc.block_type.shape, o_desc.layout)", 1)
     arrivals = {name: _arrivals(m, name) for name in hk.barriers}
     for name, s in hk.barriers.items():
         m.tl(s, 1)
@@ -213,7 +216,7 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
             m.emit(f'{name} = window_bound("{name}", {name}, Sq, Sk)', 1)
     if combine is not None:
         _split_kv_setup(m)
-    for desc in m.descriptors:
+    for desc in m.descriptors + (["o_desc"] if hk.ostage else []):
         t = desc[: -len("_desc")]
         m.emit(f"{desc} = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
     rt = [a for a in m.runtime_args() if a not in m.grid_names]
@@ -396,7 +399,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "TENSOR_DTYPES = {" + ", ".join(f'"{t}": torch.{torch_dtype(arg_format(t, dtypes))}' for t in ARG_SHAPES
                                       if t != "alibi_slopes" or m.alibi) + "}",
         "DESC_BLOCKS = {" + ", ".join(f"{t!r}: {[1, 1] + [const(m, e) for e in tiles[t]]}" for t in ("q", "k", "v") if t in tiles)
-        + "}  # TMA blocks (B, H, rows, cols)",
+        + (f", 'o': {[1, 1, hk.params['BM'] // nwg, head_dim_v]}" if hk.ostage else "") + "}  # TMA blocks (B, H, rows, cols)",
         *([f"SCRATCH = {tuple(sc.name for sc in kernel.scratch)!r}  # fp32 buffers launch() allocates per call"] if combine is not None else []),
         f"FLOAT_ARGS = {tuple(x for x in kernel.scalars if x not in INT_SCALARS)!r}",
         "TL_SOURCE = '''\\",

@@ -34,6 +34,7 @@ from ...errors import Position, TranslateError
 from ...tl import nodes as n
 from ...tl.printer import expr as show_expr
 
+O_STAGE_NAME = "o_stage"  # the shared tile an ostage kernel's translator adds: O on its way to a TMA store
 Q_FREE_NAME = "q_free"  # the barrier a persistent kernel's translator adds: the compute role is done reading Qs for a work tile
 FORM_HINT = "the gluon backend translates the built-in planner's Hopper form (attnforge generate --backend gluon writes one to start from)"
 
@@ -86,6 +87,12 @@ class HopperKernel:
     @property
     def overlap(self) -> bool:
         return bool(self.params.get("overlap", 0))
+
+    @property
+    def ostage(self) -> bool:
+        """O leaves through a shared tile per warpgroup set and a TMA store that runs on under what
+        the compute role does next (docs/TL.md section 11.5)."""
+        return bool(self.params.get("ostage", 0))
 
     @property
     def persistent(self) -> bool:
@@ -255,6 +262,12 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         _fail(kernel, "overlap = 1 needs stages >= 2: tile j + 1's K is waited for before tile j's slot is given back", file)
     if hk.persistent:
         _check_persistent(hk, file)
+    if hk.ostage and (hk.split_kv or hk.blackwell):
+        what = "a split-KV partial kernel (its partial O is fp32 scratch)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
+        _fail(hk.kernel, f"ostage = 1 on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
+              hint="leave ostage out of the param line")
+    if hk.ostage and O_STAGE_NAME in {**hk.shared, **hk.barriers}:
+        _fail(hk.kernel, f"a buffer named {O_STAGE_NAME}: an ostage kernel's translator adds one of that name", file)
     got = [type(s).__name__ for s in hk.epilogue]
     if got != ["Normalize", "LogSumExp", "Copy", "Copy"]:
         _fail(hk.compute, f"after the tile loops the gluon backend takes Normalize, LogSumExp and the stores of O and LSE; found {', '.join(got)}", file)

@@ -11,7 +11,7 @@ from ...analysis import Base2, base2_softmax
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
 from ..triton.exprs import ExprContext, device
-from .shape import Q_FREE_NAME, HopperKernel, _fail
+from .shape import O_STAGE_NAME, Q_FREE_NAME, HopperKernel, _fail
 
 
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
@@ -96,6 +96,8 @@ class Writer:
             out += ["q", *Q_STRIDES]
         for tensor, strides in self.outputs():
             out += [tensor, *strides]
+        if self.hk.ostage:  # O's TMA store (launch builds the descriptor)
+            out.append("o_desc")
         if self.alibi:
             out += ["alibi_slopes", "sa"]
         return out
@@ -242,6 +244,7 @@ def const(m: Writer, e: n.Expr) -> int:
 
 
 def shared_args(hk: HopperKernel) -> list[str]:
-    """The shared buffers and barriers every role takes (and the barriers the translator adds: the
-    turns of ping-pong, Q's slot given back in a persistent kernel)."""
-    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else []), *([Q_FREE_NAME] if hk.persistent else [])]
+    """The shared buffers and barriers every role takes (and what the translator adds: the turns of
+    ping-pong, Q's slot given back in a persistent kernel, O's staging tile of an ostage kernel)."""
+    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else []), *([Q_FREE_NAME] if hk.persistent else []),
+            *([O_STAGE_NAME] if hk.ostage else [])]
