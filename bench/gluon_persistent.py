@@ -1,17 +1,18 @@
-"""The gluon backend's prefill kernel with and without ``persistent = 1`` (one program per SM walks the
-work tiles, its rings carried over), each verified natively, then timed side by side with cuDNN.
+"""The gluon backend's prefill kernel with and without a schedule switch (``--switch``: ``persistent``,
+one program per SM walks the work tiles, its rings carried over; or ``ostage``, O through a shared
+tile and a TMA store), each verified natively, then timed side by side with cuDNN.
 
 Usage (on an H100/H200, from the repository root; carry .gpu_deps):
-    PYTHONPATH=src:.gpu_deps python3 bench/gluon_persistent.py --out $OUT [--rows s1k,d256] [--jobs 8]
+    PYTHONPATH=src:.gpu_deps python3 bench/gluon_persistent.py --out $OUT [--rows s1k,d256] [--jobs 8] [--switch ostage]
 
 For each prefill row of the bench matrix (``--rows``: name substrings; default all): the parameters the
 tuning database holds for the gluon backend on the row's bucket (the planner's first choice if none),
-and the same with persistent = 1. Phase 1 builds and verifies every kernel (``verify.verify``: the
+and the same with the switch on (the db's without it). Phase 1 builds and verifies every kernel (``verify.verify``: the
 gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own, and
-also verifies persistent = 1 on the feature specs below (window, ALiBi, softcap, GQA/MQA, odd lengths,
+also verifies the switch on the feature specs below (at D <= 64 for ostage) (window, ALiBi, softcap, GQA/MQA, odd lengths,
 both causal alignments), which are not timed. Phase 2, one process: per row, cuDNN (SDPA), the
-database's kernel and the persistent one timed in turns (CUDA events, ``do_bench`` median, L2 flushed),
-``--rounds`` rounds, the median of the round medians. Writes persistent.json and prints a table.
+database's kernel and the switched one timed in turns (CUDA events, ``do_bench`` median, L2 flushed),
+``--rounds`` rounds, the median of the round medians. Writes SWITCH.json and prints a table.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-# (name, AttentionSpec keywords): persistent = 1 verified beyond the bench rows' plain causal and full
+# (name, AttentionSpec keywords): the switch verified beyond the bench rows' plain causal and full
 FEATURES = (
     ("gqa_causal_odd", dict(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True, seqlen_q=1000, seqlen_k=1000)),
     ("full_odd_fp16_d64", dict(heads=4, kv_heads=4, head_dim=64, dtype="fp16", seqlen_q=777, seqlen_k=1031)),
@@ -117,7 +118,9 @@ def main() -> int:
     ap.add_argument("--rows", default="", help="comma-separated row name substrings (default: every prefill row)")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--switch", default="persistent", choices=("persistent", "ostage"))
     args = ap.parse_args()
+    sw = args.switch
     args.out.mkdir(parents=True, exist_ok=True)
     prefill = [r for r in full_matrix() if r.group == "prefill"]
     rows = select(prefill, patterns=args.rows.split(",")) if args.rows else prefill
@@ -126,11 +129,13 @@ def main() -> int:
         kw = dict(heads=row.heads, kv_heads=row.kv_heads, head_dim=row.head_dim, dtype=row.dtype, causal=row.causal,
                   batch=row.batch, seqlen_q=row.seqlen_q, seqlen_k=row.seqlen_k)
         base = _params(AttentionSpec(**kw))
-        base.pop("persistent", None)
-        jobs += [(f"{row.name}@db", kw, base, str(args.out)), (f"{row.name}@persistent", kw, {**base, "persistent": 1}, str(args.out))]
+        base.pop(sw, None)
+        jobs += [(f"{row.name}@db", kw, base, str(args.out)), (f"{row.name}@{sw}", kw, {**base, sw: 1}, str(args.out))]
     for name, kw in FEATURES:
+        if sw == "ostage":  # (O's staging tile fits beside the ring at D <= 64)
+            kw = {**kw, "head_dim": min(kw["head_dim"], 64)}
         spec = AttentionSpec(**kw)
-        jobs.append((f"feature-{name}@persistent", kw, {**_params(spec), "persistent": 1}, str(args.out)))
+        jobs.append((f"feature-{name}@{sw}", kw, {**_params(spec), sw: 1}, str(args.out)))
     t0 = time.time()
     built: dict[str, dict] = {}
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # (no CUDA context forked)
@@ -141,20 +146,20 @@ def main() -> int:
     print(f"phase 1: {sum(r['ok'] for r in built.values())}/{len(built)} verified in {time.time() - t0:.0f} s", flush=True)
     timed = []
     for row in rows:
-        modules = {v: built[f"{row.name}@{v}"]["module"] for v in ("db", "persistent") if built[f"{row.name}@{v}"]["ok"]}
+        modules = {v: built[f"{row.name}@{v}"]["module"] for v in ("db", sw) if built[f"{row.name}@{v}"]["ok"]}
         if modules:
             timed.append(_time_row(row, modules, args.rounds))
-    (args.out / "persistent.json").write_text(json.dumps(dict(built=built, timed=timed), indent=1))
-    print("\n| row | db params | db vs cuDNN | persistent vs cuDNN | persistent / db |\n|---|---|---|---|---|")
+    (args.out / f"{sw}.json").write_text(json.dumps(dict(built=built, timed=timed), indent=1))
+    print(f"\n| row | db params | db vs cuDNN | {sw} vs cuDNN | {sw} / db |\n|---|---|---|---|---|")
     for t in timed:
         r = t["ratio"]
-        gain = f"{r['persistent'] / r['db']:.3f}" if {"db", "persistent"} <= set(r) else "-"
-        print(f"| {t['row']} | {built[t['row'] + '@db']['params']} | {r.get('db', '-')} | {r.get('persistent', '-')} | {gain} |")
-    both = [t["ratio"] for t in timed if {"db", "persistent"} <= set(t["ratio"])]
+        gain = f"{r[sw] / r['db']:.3f}" if {"db", sw} <= set(r) else "-"
+        print(f"| {t['row']} | {built[t['row'] + '@db']['params']} | {r.get('db', '-')} | {r.get(sw, '-')} | {gain} |")
+    both = [t["ratio"] for t in timed if {"db", sw} <= set(t["ratio"])]
     if both:
         geo = lambda xs: statistics.geometric_mean(xs)  # noqa: E731
-        print(f"\ngeomean vs cuDNN: db {geo([r['db'] for r in both]):.3f}, persistent {geo([r['persistent'] for r in both]):.3f}, "
-              f"per row best {geo([max(r['db'], r['persistent']) for r in both]):.3f} ({len(both)} rows)")
+        print(f"\ngeomean vs cuDNN: db {geo([r['db'] for r in both]):.3f}, {sw} {geo([r[sw] for r in both]):.3f}, "
+              f"per row best {geo([max(r['db'], r[sw]) for r in both]):.3f} ({len(both)} rows)")
     return 0 if all(r["ok"] for r in built.values()) else 1
 
 
