@@ -60,7 +60,7 @@ class _Slot(_Any):
     def index(self, i):
         return _Slot(self.ring, int(i))
 
-    def reshape(self, *a):
+    def reshape(self, *a, **k):
         return self
 
     permute = slice = reshape
@@ -91,7 +91,7 @@ class _Recorder:
         self.events.append(("copy", dst.ring, dst.slot, tuple(int(c) for c in coord), bar.ring, bar.slot))
 
     def async_copy_shared_to_global(self, desc, coord, src):  # O's TMA store (ostage)
-        self.events.append(("ostore", src.slot, tuple(int(c) for c in coord)))
+        self.events.append(("ostore", src.slot, tuple(int(c) for c in coord), src.ring))
 
     def store_wait(self, pending):
         self.events.append(("store_wait", int(pending)))
@@ -261,7 +261,8 @@ def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[
         return
     wg = int(role[-1])  # (warpgroup set 1 exists in ping-pong only, where each set owns BM / 2 rows)
     want = [(b, h, m * bm + wg * (bm // 2), 0) for m, b, h in tiles]
-    assert [c for _, _, c in stores] == want, f"program {pid} {role}: O stored at {[c for _, _, c in stores]}, not the work tiles' rows {want}"
+    got = [e[2] for e in stores]
+    assert got == want, f"program {pid} {role}: O stored at {got}, not the work tiles' rows {want}"
     unwaited = False
     for e in events:
         if e[0] == "ostore":
@@ -270,6 +271,15 @@ def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[
         elif e[0] == "store_wait" and e[1] == 0:
             unwaited = False
     assert not unwaited, f"program {pid} {role}: the program ends with an O store not waited for"
+    if stores[0][3] == "Qs":  # ostage = 2: Qs goes back to the load warp only once the store from it has read it
+        read = False
+        for e in events:
+            if e[0] == "ostore":
+                read = False
+            elif e[0] == "store_wait" and e[1] == 0:
+                read = True
+            elif e[0] == "arrive" and e[1] == "q_free":
+                assert read, f"program {pid} {role}: Qs given back before O's store from it was waited for"
 
 
 def _source(spec: AttentionSpec, params: dict[str, int]) -> str:
@@ -289,11 +299,11 @@ SPECS = {
 
 @settings(max_examples=25, deadline=None)
 @given(key=st.sampled_from(sorted(SPECS)), B=st.integers(1, 3), Sq=st.integers(1, 700), Sk=st.integers(1, 900),
-       programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.booleans())
+       programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.sampled_from([0, 1, 2]))
 def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage):
     spec, params = SPECS[key]
     source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": 1} if ostage else {})})
-    assert ("async_copy_shared_to_global" in source) == ostage
+    assert ("async_copy_shared_to_global" in source) == bool(ostage)
     nm = -(-Sq // params["BM"])
     if not persistent:  # one program per work tile
         programs = nm * B * spec.heads
@@ -315,6 +325,19 @@ def test_the_simulated_roles_kill_the_persistent_mutants(name):
     _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
     with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at"):
         _check_protocol(_run(mutant.apply(source), spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
+
+
+def test_qs_given_back_before_the_store_from_it_has_read_it_is_caught():
+    """``ostage = 2`` (O through Qs): the wait for the store moved after Qs' hand-back to the load warp,
+    which could then copy the next work tile's Q over rows the store has not read yet."""
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1, "ostage": 2})
+    wait, give = "        tma.store_wait(0)  # the store has read Qs\n", re.search(r"^        mbarrier\.arrive\(q_free.*\n", source, re.M).group(0)
+    early = source.replace(wait + give, give + wait)
+    assert early != source
+    _check_protocol(_run(source, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 1)
+    with pytest.raises(AssertionError, match="Qs given back before"):
+        _check_protocol(_run(early, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 1)
 
 
 def test_an_o_store_into_a_slot_still_being_read_is_caught():

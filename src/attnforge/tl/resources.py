@@ -99,8 +99,8 @@ def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
                 out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1) * ring
             elif isinstance(s, n.Allocate) and s.level == n.BARRIER:
                 out[s.name] = BARRIER_BYTES * math.prod(int(evaluate(d, env)) for d in s.shape)
-        if kernel.param_map().get("ostage") and {"BM", "Dv"} <= set(env):
-            # a Hopper-form schedule (docs/TL.md section 11.5): O leaves through a BM x Dv shared tile
+        if kernel.param_map().get("ostage") == 1 and {"BM", "Dv"} <= set(env):
+            # a Hopper-form schedule (docs/TL.md section 11.5): O leaves through a BM x Dv shared tile (2: through Qs)
             out["o_stage"] = int(env["BM"]) * int(env["Dv"]) * FORMATS[dtypes.get("out", "fp16")].bytes
         return out
     # evaluate() raises every failure of an expression as TLRuntimeError. Its value is an int or

@@ -258,14 +258,15 @@ def compute_fn(m: Writer) -> None:
         next_work_tile(m, "lo", "hi", 1)
         m.depth = 0
     if hk.ostage:
-        m.emit(f"tma.store_wait(0)  # the last O store has read {O_STAGE_NAME} before the program ends", 1)
+        m.emit("tma.store_wait(0)  # the last O store has read shared memory before the program ends", 1)
     m.emit()
 
 
 def _give_q_back(m: Writer) -> None:
     """A persistent kernel's compute warpgroups are done with Qs once the work tile's last QK^T GEMM
-    is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run."""
-    if m.hk.persistent:
+    is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run
+    (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``)."""
+    if m.hk.persistent and not m.hk.o_via_q:
         m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 1)
 
 
@@ -298,18 +299,32 @@ def _epilogue(m: Writer) -> None:
 
 
 def _tma_store_o(m: Writer, s: n.Copy) -> None:
-    """``ostage = 1``: each warpgroup set writes its HM rows of O into its slot of the staging tile and
-    one TMA store takes them to global memory (rows past Sq are not written), while the warpgroup goes
-    on to its next work tile; before the slot is written again, the store before has read it."""
+    """``ostage``: each warpgroup set writes its HM rows of O into shared memory and one TMA store
+    takes them to global memory (rows past Sq are not written) while the warpgroup goes on. From its
+    slot of the staging tile (1), written again only once the store before has read it; or from its
+    own rows of Qs (2), which its last QK^T GEMM has read: a persistent kernel gives Qs back to the
+    load warp only once the store has read them."""
     view = m.hk.views[s.dst]
-    lead = [m.dev(e) for e in view.offset]
-    rows = f"({m.dev(s.coord[0])}) * {m.dev(s.tile[0])} + WG * HM"
-    cols = f"({m.dev(s.coord[1])}) * {m.dev(s.tile[1])}"
+    coord = ", ".join([m.dev(e) for e in view.offset] + [f"({m.dev(s.coord[0])}) * {m.dev(s.tile[0])} + WG * HM",
+                                                          f"({m.dev(s.coord[1])}) * {m.dev(s.tile[1])}"])
+    if m.hk.o_via_q:
+        m.emit("q_t.store(out)  # O into this warpgroup's rows of Qs: its last QK^T GEMM is done", 1)
+        m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
+        m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {_q_buffer(m)}.slice(WG * HM, HM, dim=2))", 1)
+        if m.hk.persistent:
+            m.emit("tma.store_wait(0)  # the store has read Qs", 1)
+            m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its QK^T GEMMs and O's store are done with it", 1)
+        return
     if m.hk.persistent:
         m.emit(f"tma.store_wait(0)  # the previous work tile's O store has read {O_STAGE_NAME}", 1)
     m.emit(f"{O_STAGE_NAME}.index(WG).reshape([HM, Dv]).store(out)", 1)
     m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
-    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{', '.join(lead + [rows, cols])}], {O_STAGE_NAME}.index(WG))", 1)
+    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {O_STAGE_NAME}.index(WG))", 1)
+
+
+def _q_buffer(m: Writer) -> str:
+    """The shared tile the load role's TMA copy of Q fills."""
+    return next(s.dst for s in n.walk(m.hk.load.body) if isinstance(s, n.Copy) and s.signal == m.hk.q_wait.barrier)
 
 
 def _stored_as(m: Writer) -> str:

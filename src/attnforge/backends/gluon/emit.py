@@ -128,7 +128,7 @@ def _kernel_fn(m: Writer) -> None:
         desc = f"{_filled_from(m, name)}_desc"
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
-    if hk.ostage:
+    if hk.ostage and not hk.o_via_q:
         m.emit(f"# ostage = 1: O's staging tile, a slot of HM rows per warpgroup set, emptied by TMA stores", 1)
         m.emit(f"{O_STAGE_NAME} = gl.allocate_shared_memory(o_desc.dtype, [{2 if hk.pingpong else 1}] + o_desc.block_type.shape, o_desc.layout)", 1)
     arrivals = {name: _arrivals(m, name) for name in hk.barriers}
@@ -349,6 +349,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     qkv = dtypes.get("qkv")
     if qkv not in GL_DTYPE or dtypes.get("out") != qkv:
         _fail(kernel, f"dtype qkv = {qkv}, out = {dtypes.get('out')}: the gluon backend's wgmma kernels take fp16 or bf16 in and out", file)
+    if hk.o_via_q and head_dim != head_dim_v:
+        _fail(kernel, f"ostage = 2 stores O (Dv = {head_dim_v}) through Qs (D = {head_dim}): it needs D == Dv", file,
+              hint="ostage = 1 (a staging tile of its own), or leave ostage out")
     m = Writer(hk, head_dim, head_dim_v, file)
     tiles = _descriptor_tiles(m)
     if [f"{t}_desc" for t in sorted(tiles)] != sorted(m.descriptors):

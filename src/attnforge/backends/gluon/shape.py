@@ -90,9 +90,14 @@ class HopperKernel:
 
     @property
     def ostage(self) -> bool:
-        """O leaves through a shared tile per warpgroup set and a TMA store that runs on under what
-        the compute role does next (docs/TL.md section 11.5)."""
+        """O leaves by a TMA store from shared memory that runs on under what the compute role does
+        next (docs/TL.md section 11.5): from a staging tile of its own (``ostage = 1``) or from the
+        warpgroup's rows of Qs once its last QK^T GEMM is done (``ostage = 2``)."""
         return bool(self.params.get("ostage", 0))
+
+    @property
+    def o_via_q(self) -> bool:
+        return self.params.get("ostage", 0) == 2
 
     @property
     def persistent(self) -> bool:
@@ -266,6 +271,8 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         what = "a split-KV partial kernel (its partial O is fp32 scratch)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
         _fail(hk.kernel, f"ostage = 1 on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
               hint="leave ostage out of the param line")
+    if hk.params.get("ostage", 0) not in (0, 1, 2):
+        _fail(hk.kernel, f"ostage = {hk.params['ostage']}", file, hint="ostage = 1 (O through a staging tile of its own) or 2 (through Qs)")
     if hk.ostage and O_STAGE_NAME in {**hk.shared, **hk.barriers}:
         _fail(hk.kernel, f"a buffer named {O_STAGE_NAME}: an ostage kernel's translator adds one of that name", file)
     got = [type(s).__name__ for s in hk.epilogue]
