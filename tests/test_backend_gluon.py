@@ -444,7 +444,8 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
     AttentionSpec(heads=2, head_dim=64, dtype="fp16", score_mod="score - 0.01 * abs(q_idx - kv_idx)"),
     AttentionSpec(heads=2, head_dim=64, dtype="fp16", softcap=5.0, window_left=40, window_right=3),
     AttentionSpec(heads=2, head_dim=64, dtype="fp16", mask_mod="(q_idx + kv_idx) % 3 != 0", causal=True),
-], ids=["plain", "negative-scale", "alibi-causal", "score-mod", "softcap-window", "mask-mod"])
+    AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, causal_align="top_left"),
+], ids=["plain", "negative-scale", "alibi-causal", "score-mod", "softcap-window", "mask-mod", "topleft-gqa"])
 def test_the_scores_function_computes_the_specs_softmax(spec):
     """Rows of large logits, of either sign, must neither overflow nor vanish in the running
     softmax: GPU verification caught a kernel that kept its running max in mixed units (the ALiBi
@@ -454,18 +455,40 @@ def test_the_scores_function_computes_the_specs_softmax(spec):
     assert _matches_reference(*_run_scores(source, spec, sq=200, sk=200))  # Sq = Sk: under the mask modifier, row 0 sees no key
 
 
+def test_a_mask_of_key_bounds_compares_the_tiles_key_offsets_with_bounds_per_row(tmp_path):
+    """The keep condition's key bounds (the tail, causal, a window) become one upper and one lower
+    bound per row, compared with the tile's key offsets (the numpy runs above check what they keep);
+    a mask_mod term stays as written. The persistent causal kernel at D = 128 with O through Qs
+    then fits its registers (it spilled 32 bytes with the mask's index arithmetic per score)."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=2, head_dim=64, dtype="fp16", mask_mod="(q_idx + kv_idx) % 3 != 0", causal=True, window_left=50)
+    source = gluon.translate(_plan(spec).program, head_dim=64, head_dim_v=64).source
+    mask = re.search(r"S = gl\.where\((.*), S, -float\('inf'\)\)", source).group(1)
+    assert mask.startswith("(key_off <= gl.expand_dims((gl.minimum(") and "(key_off >= gl.expand_dims(" in mask
+    assert mask.endswith("& ((floormod((q_idx + kv_idx), 3) != 0))") and mask.count("kv_idx") == 1
+    spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", causal=True, seqlen_q=1024, seqlen_k=1024)
+    params = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, persistent=1, ostage=2)
+    path = tmp_path / "k.py"
+    path.write_text(gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=128, head_dim_v=128).source)
+    assert compile_for_target(_import(path), H200).spill_bytes == 0
+
+
 def _matches_reference(o, lse, ref_o, ref_lse) -> bool:
     seen = np.isfinite(ref_lse)
     return (np.array_equal(seen, np.isfinite(lse)) and bool(np.all(np.isfinite(o))) and np.max(np.abs(o - ref_o)) < 2e-3
             and np.max(np.abs(lse[seen] - ref_lse[seen]) / (1.0 + np.abs(ref_lse[seen]))) < 1e-5)
 
 
-def test_the_numpy_run_kills_the_planted_pre_fix_softmax():
-    """GLUON_MUTANTS' gluon_softmax_max_units_mixed (the code bec40cc emitted) fails the numpy run
-    of the scores function, as it failed verification on the H200."""
+@pytest.mark.parametrize("name", ["gluon_softmax_max_units_mixed", "gluon_causal_bound_a_key_late"])
+def test_the_numpy_run_kills_the_planted_scores_bugs(name):
+    """GLUON_MUTANTS' gluon_softmax_max_units_mixed (the code bec40cc emitted, which failed
+    verification on the H200) and the causal key bound one late fail the numpy run of the scores
+    function."""
     from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
 
-    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_softmax_max_units_mixed"]
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
     spec, _ = SPECS[mutant.spec]
     source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     assert _matches_reference(*_run_scores(source, spec, sq=150, sk=700))

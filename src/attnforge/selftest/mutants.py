@@ -259,6 +259,10 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_persistent_q_phase_stuck", "hopper_persistent", "kernel", r"mbarrier\.wait\(q_ready, \(\(0\) \+ tiles\) % 2\)",
            "mbarrier.wait(q_ready, 0)",
            "the wait for Q keeps phase 0: from the second work tile on it passes at once and the GEMMs read the previous tile's Q"),
+    # the Mask as per-row key bounds: the causal bound one key late
+    Mutant("gluon_causal_bound_a_key_late", "hopper", "kernel", r"gl\.minimum\(\(Sk\) - 1, \(\(\(rows \+ Sk\) - Sq\)\)\)\)",
+           "gl.minimum((Sk) - 1, (((rows + Sk) - Sq)) + 1))",
+           "each row's upper key bound one past its diagonal: every row also sees the next query's key"),
     Mutant("gluon_ostage_rows_of_one_warpgroup", "hopper_persistent", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "both warpgroup sets' TMA stores of O go to the first set's rows: the second half of every row tile is never written"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)

@@ -50,12 +50,15 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
     q_view = m.hk.q_view
     if q_view.pack is not None:  # packed rows: row r is position r // G of query head (first head) + r % G
         group = m.dev(q_view.pack)
-        m.emit(f"q_idx = gl.expand_dims(rows // ({group}), 1)", 1)
+        q_rows = f"(rows // ({group}))"
+        m.emit(f"q_idx = gl.expand_dims({q_rows}, 1)", 1)
         m.emit(f"h_idx = gl.expand_dims({m.dev(q_view.offset[-1])} + rows % ({group}), 1)", 1)
         extra["h_idx"] = "h_idx"
     else:
+        q_rows = "rows"
         m.emit("q_idx = gl.expand_dims(rows, 1)", 1)
-    m.emit("kv_idx = gl.expand_dims(j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)", 1)
+    m.emit("key_off = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout)), 0)  # the tile's keys, from j * BN", 1)
+    m.emit("kv_idx = j * BN + key_off", 1)
     for s in loop.scores:
         m.tl(s, 1)
         if isinstance(s, n.ScoreMod):
@@ -69,7 +72,7 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
             m.emit(f"S = S * ({by} * {LOG2E})" if id(s) in m.base2.multiplies else f"S = S * ({by})", 1)
     if loop.mask is not None:
         m.tl(loop.mask, 1)
-        keep = m.dev(loop.mask.keep, extra)
+        keep = _keep(m, loop.mask.keep, extra, q_rows)
         if masked_from is None:
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
         else:  # tiles before ``split`` are seen whole by every row: no mask
@@ -90,6 +93,46 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
     m.tl(loop.p_cast, 1)
     m.emit("return P.to(DTYPE), alpha, m_new, l_i  # (cast here: a 16-bit P is half the registers across the loop)", 1)
     m.emit()
+
+
+def _conjuncts(e: n.Expr) -> list[n.Expr]:
+    return _conjuncts(e.left) + _conjuncts(e.right) if isinstance(e, n.Binary) and e.op == "and" else [e]
+
+
+# kv_idx OP bound: (which bound it is, what to add to the bound to make it inclusive)
+_KEY_BOUNDS = {"<": ("upper", " - 1"), "<=": ("upper", ""), ">": ("lower", " + 1"), ">=": ("lower", "")}
+
+
+def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str) -> str:
+    """The Mask's keep condition over the (HM, BN) score tile. Its terms that bound the key index by
+    the row (``kv_idx < Sk``, ``kv_idx <= q_idx + Sk - Sq``, a window's) become one per-row upper and
+    lower bound, compared with the tile's key offsets: two compares a score, the bounds computed once
+    a row, instead of each term's arithmetic on a (HM, BN) index tile (whose registers made the
+    persistent causal kernel at D = 128 spill). Other terms (a mask_mod) stay as written. ``q_rows``:
+    the rows' query positions, one per row (q_idx is them as a column)."""
+    bounds: dict[str, list[str]] = {"upper": [], "lower": []}
+    rest = []
+    for c in _conjuncts(keep):
+        if (isinstance(c, n.Binary) and c.op in _KEY_BOUNDS and c.left == n.Name("kv_idx")
+                and not {"kv_idx", "score"} & n.expr_names(c.right)):
+            side, inclusive = _KEY_BOUNDS[c.op]
+            per_row = "q_idx" in n.expr_names(c.right)
+            bounds[side].append((f"({m.dev(c.right, {**extra, 'q_idx': q_rows})}){inclusive}", per_row))
+        else:
+            rest.append(f"({m.dev(c, extra)})")
+    if not bounds["upper"] and not bounds["lower"]:
+        return m.dev(keep, extra)
+    terms = []
+    for side, pick in (("upper", "gl.minimum"), ("lower", "gl.maximum")):
+        if bounds[side]:
+            bound = bounds[side][0][0]
+            for b, _ in bounds[side][1:]:
+                bound = f"{pick}({bound}, {b})"
+            bound = f"({bound}) - j * BN"
+            if any(per_row for _, per_row in bounds[side]):  # a bound per row: computed on the rows, then a column
+                bound = f"gl.expand_dims({bound}, 1)"
+            terms.append(f"(key_off {'<=' if side == 'upper' else '>='} {bound})")
+    return " & ".join(terms + rest)
 
 
 def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
