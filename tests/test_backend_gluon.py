@@ -199,7 +199,7 @@ def test_o_leaves_by_a_tma_store_from_shared_memory(d, ostage, tmp_path):
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
 
-    # (persistent under a causal mask spills at D = 128, with or without ostage: bench/RESULTS.md run 5)
+    # (persistent under a causal mask spills at D = 128 without ostage = 2: bench/RESULTS.md runs 5 and 7)
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=d, dtype="bf16", causal=d == 64, seqlen_q=300, seqlen_k=300)
     params = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, persistent=1)
     sizes = {}
@@ -223,7 +223,17 @@ def test_a_staging_tile_that_does_not_fit_is_refused_by_the_checker():
     spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", seqlen_q=300, seqlen_k=300)
     program = parse(hopper_source(spec, H200, dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, ostage=1)), file="kernel.tl")
     result = check(program, H200, head_dim=128, head_dim_v=128)
-    assert not result.ok and any(f.code == "TL503" and "o_stage" in f.message for f in result.findings)
+    assert not result.ok and any(f.code == "TL503" and "o_stage" in f.message and "ostage = 2" in f.hint for f in result.findings)
+
+
+def test_a_staging_tile_refused_for_shared_memory_rules_out_only_kernels_that_hold_one():
+    from attnforge.tune.search import _pruned
+
+    first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
+    by = [("shared", {**first, "ostage": 1})]
+    assert _pruned({**first, "ostage": 1, "persistent": 1}, by)
+    assert not _pruned({**first, "ostage": 2}, by) and not _pruned(first, by) and not _pruned({**first, "stages": 4}, by)
+    assert _pruned({**first, "stages": 4}, [("shared", first)])
 
 
 def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
@@ -473,6 +483,25 @@ def test_a_mask_of_key_bounds_compares_the_tiles_key_offsets_with_bounds_per_row
     path = tmp_path / "k.py"
     path.write_text(gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=128, head_dim_v=128).source)
     assert compile_for_target(_import(path), H200).spill_bytes == 0
+
+
+@pytest.mark.parametrize("mask_mod", ["kv_idx < q_idx / 2", "kv_idx > q_idx / 3", "kv_idx < q_idx * 0.7 + 0.5", "kv_idx <= 2 * q_idx - 5"])
+def test_a_key_bound_that_is_not_an_integer_of_the_row_stays_as_written(mask_mod):
+    """Only an integer bound of q_idx and the sizes becomes a per-row bound (kv_idx < x is kv_idx <=
+    x - 1 for integers only); a fractional one is kept as a term of its own."""
+    spec = AttentionSpec(heads=2, head_dim=64, dtype="fp16", mask_mod=mask_mod)
+    source = gluon.translate(_plan(spec).program, head_dim=64, head_dim_v=64).source
+    assert _matches_reference(*_run_scores(source, spec, sq=150, sk=300))
+    mask = re.search(r"S = gl\.where\((.*), S, -float\('inf'\)\)", source).group(1)
+    assert ("kv_idx" in mask) == ("/" in mask_mod or "." in mask_mod)  # folded into the per-row bound, or kept as written
+
+
+def test_a_packed_decode_bound_of_the_head_stays_as_written():
+    """Packed GQA rows: a bound naming the head (h_idx, a column) is kept as a term; the position
+    part folds (it compiled to a (HM, HM) bound when h joined the per-row form)."""
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000, mask_mod="kv_idx <= q_idx * 40 + h")
+    source = gluon.translate(_plan(spec).program, head_dim=64, head_dim_v=64).source
+    assert _matches_reference(*_run_scores(source, spec, sq=1, sk=1000, nsplit=3))
 
 
 def _matches_reference(o, lse, ref_o, ref_lse) -> bool:

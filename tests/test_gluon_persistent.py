@@ -52,13 +52,17 @@ ANY = _Any()
 
 
 class _Slot(_Any):
-    """One stage of a shared ring (or a plain shared tile): what a GEMM reads is recorded by it."""
+    """One stage of a shared ring (or a plain shared tile): what a GEMM reads is recorded by it, and
+    its role's register stores into it (``events``: the role's record)."""
 
-    def __init__(self, ring: str, index: int | None):
-        self.ring, self.slot = ring, index
+    def __init__(self, ring: str, index: int | None, events: list | None = None):
+        self.ring, self.slot, self.events = ring, index, events
 
     def index(self, i):
-        return _Slot(self.ring, int(i))
+        return _Slot(self.ring, int(i), self.events)
+
+    def store(self, value):
+        self.events.append(("sstore", self.ring, self.slot))
 
     def reshape(self, *a, **k):
         return self
@@ -102,6 +106,7 @@ class _Recorder:
         return ANY
 
     def warpgroup_mma_wait(self, n, deps=()):
+        self.events.append(("mma_wait", int(n)))
         return ANY, ANY, ANY
 
     def scores(self, *args):
@@ -186,7 +191,7 @@ def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: i
                 elif p.startswith(("so_", "sl_", "sq_")) or p == "sa":
                     args[p] = 1
                 else:  # shared tiles, rings and barriers (the translator's turn and q_free too)
-                    args[p] = _Slot(p, None)
+                    args[p] = _Slot(p, None, rec.events)
             if role == "compute1" and "turn" not in args:
                 continue  # no ping-pong: one compute warpgroup set
             fn(**args)
@@ -253,9 +258,11 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
 
 
 def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int) -> None:
-    """An ostage kernel's O leaves by TMA stores from the warpgroup's staging slot: one per work tile,
-    at the tile's rows of this warpgroup, and the slot is written again (or the program ends) only
-    after a wait for the store before it."""
+    """An ostage kernel's O leaves by TMA stores from shared memory: one per work tile, at the tile's
+    rows of this warpgroup. The shared tile a store reads is written again (or the program ends) only
+    after a wait for that store; Qs (ostage = 2) is written only after a wait for every GEMM once
+    the last QK^T GEMM has been issued, and given back to the load warp only after the store from it
+    was waited for."""
     stores = [e for e in events if e[0] == "ostore"]
     if not stores:
         return
@@ -263,23 +270,26 @@ def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[
     want = [(b, h, m * bm + wg * (bm // 2), 0) for m, b, h in tiles]
     got = [e[2] for e in stores]
     assert got == want, f"program {pid} {role}: O stored at {got}, not the work tiles' rows {want}"
-    unwaited = False
+    unread: set[tuple] = set()  # shared tiles a store has not been waited for yet
+    gemms_done, read = True, True
     for e in events:
         if e[0] == "ostore":
-            assert not unwaited, f"program {pid} {role}: O store into the staging slot before the store before it was waited for"
-            unwaited = True
+            unread.add((e[3], e[1]))
+            read = False
         elif e[0] == "store_wait" and e[1] == 0:
-            unwaited = False
-    assert not unwaited, f"program {pid} {role}: the program ends with an O store not waited for"
-    if stores[0][3] == "Qs":  # ostage = 2: Qs goes back to the load warp only once the store from it has read it
-        read = False
-        for e in events:
-            if e[0] == "ostore":
-                read = False
-            elif e[0] == "store_wait" and e[1] == 0:
-                read = True
-            elif e[0] == "arrive" and e[1] == "q_free":
-                assert read, f"program {pid} {role}: Qs given back before O's store from it was waited for"
+            unread.clear()
+            read = True
+        elif e[0] == "sstore":
+            assert (e[1], e[2]) not in unread, f"program {pid} {role}: {e[1]}[{e[2]}] written before the store before it was waited for"
+            if e[1] == "Qs":
+                assert gemms_done, f"program {pid} {role}: O written into Qs before the QK^T GEMMs reading it were waited for"
+        elif e[0] == "gemm" and e[1] == "Ks":
+            gemms_done = False
+        elif e[0] == "mma_wait" and e[1] == 0:
+            gemms_done = True
+        elif e[0] == "arrive" and e[1] == "q_free" and stores[0][3] == "Qs":
+            assert read, f"program {pid} {role}: Qs given back before O's store from it was waited for"
+    assert not unread, f"program {pid} {role}: the program ends with an O store not waited for"
 
 
 def _source(spec: AttentionSpec, params: dict[str, int]) -> str:
@@ -302,7 +312,7 @@ SPECS = {
        programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.sampled_from([0, 1, 2]))
 def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage):
     spec, params = SPECS[key]
-    source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": 1} if ostage else {})})
+    source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": ostage} if ostage else {})})
     assert ("async_copy_shared_to_global" in source) == bool(ostage)
     nm = -(-Sq // params["BM"])
     if not persistent:  # one program per work tile
@@ -332,8 +342,8 @@ def test_qs_given_back_before_the_store_from_it_has_read_it_is_caught():
     which could then copy the next work tile's Q over rows the store has not read yet."""
     spec, params = SPECS["full-d128"]
     source = _source(spec, {**params, "persistent": 1, "ostage": 2})
-    wait, give = "        tma.store_wait(0)  # the store has read Qs\n", re.search(r"^        mbarrier\.arrive\(q_free.*\n", source, re.M).group(0)
-    early = source.replace(wait + give, give + wait)
+    pair = re.search(r"^(\s*tma\.store_wait\(0\)  # the store has read Qs\n)(\s*mbarrier\.arrive\(q_free.*\n)", source, re.M)
+    early = source.replace(pair.group(0), pair.group(2) + pair.group(1))
     assert early != source
     _check_protocol(_run(source, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 1)
     with pytest.raises(AssertionError, match="Qs given back before"):
@@ -348,8 +358,13 @@ def test_an_o_store_into_a_slot_still_being_read_is_caught():
     unwaited = re.sub(r"^\s*tma\.store_wait\(0\)  # the previous work tile's O store.*\n", "", source, flags=re.M)
     assert unwaited != source
     _check_protocol(_run(source, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
-    with pytest.raises(AssertionError, match="before the store before it was waited for"):
+    with pytest.raises(AssertionError, match="written before the store before it was waited for"):
         _check_protocol(_run(unwaited, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
+    pair = re.search(r"^(\s*tma\.store_wait\(0\)  # the previous work tile's O store.*\n)(\s*o_stage\.index\(WG\).*\.store\(out\)\n)", source, re.M)
+    moved = source.replace(pair.group(0), pair.group(2) + pair.group(1))  # the wait after the write: the write may race the store before
+    assert moved != source
+    with pytest.raises(AssertionError, match="written before the store before it was waited for"):
+        _check_protocol(_run(moved, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
 
 
 def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():

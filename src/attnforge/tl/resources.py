@@ -57,7 +57,10 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
         return res
     if res.smem_bytes > tgt.smem_per_block_optin:
         parts = ", ".join(f"{k} {v // 1024} KiB" if v >= 1024 else f"{k} {v} B" for k, v in res.smem_breakdown.items())
-        fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
+        if res.smem_bytes - res.smem_breakdown.get("o_stage", 0) <= tgt.smem_per_block_optin:  # (only O's staging tile is too much)
+            fix = "ostage = 2 (O stored from Qs, no tile of its own; needs D == Dv), or leave ostage out"
+        else:
+            fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
         report(Finding("TL503", "error", kernel.line, kernel.col,
                        f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
     if res.threads > tgt.max_threads_per_block:

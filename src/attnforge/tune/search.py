@@ -109,7 +109,8 @@ def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> boo
         tile, bad_tile = params["BM"] * params["BN"], bad["BM"] * bad["BN"]
         if why == "spills" and tile >= bad_tile and params["warps"] <= bad["warps"]:
             return True
-        if why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1):
+        if (why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1)
+                and (params.get("ostage") == 1 or bad.get("ostage") != 1)):  # (O's staging tile: only what holds one too)
             return True
     return False
 

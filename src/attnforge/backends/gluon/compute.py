@@ -101,6 +101,20 @@ def _conjuncts(e: n.Expr) -> list[n.Expr]:
 
 # kv_idx OP bound: (which bound it is, what to add to the bound to make it inclusive)
 _KEY_BOUNDS = {"<": ("upper", " - 1"), "<=": ("upper", ""), ">": ("lower", " + 1"), ">=": ("lower", "")}
+_INT_BOUND_NAMES = frozenset({"q_idx", "Sq", "Sk", "window_left", "window_right"})  # integers, one q_idx per row
+
+
+def _integer_row_bound(e: n.Expr) -> bool:
+    """Whether ``e`` is an integer of the row's query position and the sizes only (+, -, * of
+    integer literals and those names): one value per row, exact as a bound (a fractional one, or one
+    of the head, stays a term of its own)."""
+    if isinstance(e, n.Num):
+        return isinstance(e.value, int)
+    if isinstance(e, n.Name):
+        return e.id in _INT_BOUND_NAMES
+    if isinstance(e, n.Unary):
+        return e.op == "-" and _integer_row_bound(e.operand)
+    return isinstance(e, n.Binary) and e.op in ("+", "-", "*") and _integer_row_bound(e.left) and _integer_row_bound(e.right)
 
 
 def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str) -> str:
@@ -108,13 +122,13 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str) -> str:
     the row (``kv_idx < Sk``, ``kv_idx <= q_idx + Sk - Sq``, a window's) become one per-row upper and
     lower bound, compared with the tile's key offsets: two compares a score, the bounds computed once
     a row, instead of each term's arithmetic on a (HM, BN) index tile (whose registers made the
-    persistent causal kernel at D = 128 spill). Other terms (a mask_mod) stay as written. ``q_rows``:
+    persistent causal kernel at D = 128 spill). Other terms (a mask_mod; a bound that is not an
+    integer of q_idx and the sizes) stay as written. ``q_rows``:
     the rows' query positions, one per row (q_idx is them as a column)."""
     bounds: dict[str, list[str]] = {"upper": [], "lower": []}
     rest = []
     for c in _conjuncts(keep):
-        if (isinstance(c, n.Binary) and c.op in _KEY_BOUNDS and c.left == n.Name("kv_idx")
-                and not {"kv_idx", "score"} & n.expr_names(c.right)):
+        if isinstance(c, n.Binary) and c.op in _KEY_BOUNDS and c.left == n.Name("kv_idx") and _integer_row_bound(c.right):
             side, inclusive = _KEY_BOUNDS[c.op]
             per_row = "q_idx" in n.expr_names(c.right)
             bounds[side].append((f"({m.dev(c.right, {**extra, 'q_idx': q_rows})}){inclusive}", per_row))

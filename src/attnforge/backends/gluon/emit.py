@@ -216,6 +216,10 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
             m.emit(f'{name} = window_bound("{name}", {name}, Sq, Sk)', 1)
     if combine is not None:
         _split_kv_setup(m)
+    if combine is None:  # (a split-KV kernel's stores go to its own contiguous scratch)
+        m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
+        m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
+               "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
     for desc in m.descriptors + (["o_desc"] if hk.ostage else []):
         t = desc[: -len("_desc")]
         m.emit(f"{desc} = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
@@ -224,10 +228,6 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
     for tensor, strides in m.outputs():
         values.update({stride: f"{tensor}.stride({i})" for i, stride in enumerate(strides)})
     args = ", ".join(values.get(a, a) for a in rt)
-    if combine is None:  # (a split-KV kernel's stores go to its own contiguous scratch)
-        m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
-        m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
-               "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
     m.emit(f"grid = ({programs},)", 1)
     m.emit("if grid[0] > 2**31 - 1:  # the grid's x limit", 1)
     m.emit("raise LaunchError(f\"{grid[0]} programs exceed the grid's limit of 2**31 - 1\", where=\"q\", "

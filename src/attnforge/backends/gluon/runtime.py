@@ -1,4 +1,4 @@
-"""What generated Gluon modules call at launch: TMA descriptors for q, k and v.
+"""What generated Gluon modules call at launch: TMA descriptors for q, k and v (and o, where O leaves by TMA stores).
 
 A descriptor covers the whole 4-d BHSD view of a tensor (any strides TMA accepts), with a
 ``[1, 1, rows, cols]`` block: a tile never crosses into another head, and rows past the end of a
@@ -26,6 +26,11 @@ def tma_descriptor(t: Any, name: str, block: list[int]) -> Any:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     size = t.element_size()
+    if name == "o" and not tma_can_read(tuple(t.stride()), size, t.data_ptr()):  # (an output: a copy of it would be written, then lost)
+        raise LaunchError(f"o (strides {tuple(t.stride())}, {size}-byte elements) cannot be written by TMA: every stride but the last must be "
+                          "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where="o",
+                          hint="allocate o with torch.empty(...) (contiguous, or a transposed view of a contiguous one), or generate "
+                               "without ostage (O then leaves by pointer stores)")
     if not tma_can_read(tuple(t.stride()), size, t.data_ptr()):
         raise LaunchError(f"{name} (strides {tuple(t.stride())}, {size}-byte elements) cannot be read by TMA: every stride but the last must be "
                           "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where=name,

@@ -269,7 +269,7 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         _check_persistent(hk, file)
     if hk.ostage and (hk.split_kv or hk.blackwell):
         what = "a split-KV partial kernel (its partial O is fp32 scratch)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
-        _fail(hk.kernel, f"ostage = 1 on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
+        _fail(hk.kernel, f"ostage = {hk.params['ostage']} on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
               hint="leave ostage out of the param line")
     if hk.params.get("ostage", 0) not in (0, 1, 2):
         _fail(hk.kernel, f"ostage = {hk.params['ostage']}", file, hint="ostage = 1 (O through a staging tile of its own) or 2 (through Qs)")
