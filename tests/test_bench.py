@@ -298,8 +298,9 @@ def test_runner_records_failures_as_na_and_wrong_outputs_as_failed():
 
 def test_runner_skips_rows_after_the_time_limit():
     rows = [matrix.Row("prefill", "mha", "fp16", 16, False, 1, 2, 2, 8, 8)] * 2
-    slow = _Fake("p", prepare=lambda row, q, k, v: Prepared(lambda: time.sleep(0.05) or _exact(row, q, k, v)))
-    records = run_rows(rows, [slow], device="cpu", timer=lambda fn: (fn(), [1.0])[1], rounds=1, time_limit_s=0.01)
+    # (a row of 0.3 s against a limit of 0.1 s: the first row starts well inside it on a loaded machine too)
+    slow = _Fake("p", prepare=lambda row, q, k, v: Prepared(lambda: time.sleep(0.3) or _exact(row, q, k, v)))
+    records = run_rows(rows, [slow], device="cpu", timer=lambda fn: (fn(), [1.0])[1], rounds=1, time_limit_s=0.1)
     assert records[0]["results"]["p"]["status"] == "ok" and records[1]["results"]["p"]["status"] == "skipped"
 
 
