@@ -61,22 +61,6 @@ _FIRST_SM100 = {
 
 HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "ostage"})
 
-_BARRIER_ROOM = 1024  # bytes of shared memory left for the mbarriers beside the tiles
-
-
-def _stages_o(spec: AttentionSpec, target: Target, p: dict[str, int]) -> bool:
-    """Whether O may leave through a shared staging tile and a TMA store (``ostage``, docs/TL.md
-    section 11.5): where the tile fits beside Q and the first choice's K/V ring, so that no ring slot
-    is given up for it. The planner writes it at D = Dv = 64, the head dim it was verified and timed
-    at on the H200 (bench/RESULTS.md, 2026-12-01 run 7): the
-    fixed cost of a work tile fell from 2.1 to 0.8 us, +15% at 1k tokens. At D = 128 and 256 the
-    ring fills shared memory, and at D = 128 a ring of 2 slots took 20% longer per key than 3."""
-    elt = 2  # fp16 / bf16
-    q = p["BM"] * spec.head_dim * elt
-    ring = p["stages"] * p["BN"] * (spec.head_dim + spec.head_dim_v) * elt
-    o = p["BM"] * spec.head_dim_v * elt
-    return q + ring + o + _BARRIER_ROOM <= target.smem_per_block_optin
-
 
 def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     """Parameters for the Hopper form, best first; fallbacks take ring slots away, then narrow BN."""
@@ -92,7 +76,11 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         if _persistent(spec, d):
             first["persistent"] = 1
             why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
-        if not spec.is_decode and spec.head_dim == spec.head_dim_v == 64 and _stages_o(spec, target, first):
+        # O through a staging tile and a TMA store (docs/TL.md section 11.5) at D = Dv = 64, where it was verified
+        # and timed on the H200 (bench/RESULTS.md, 2026-12-01 run 7: a work tile's fixed cost 2.1 -> 0.8 us, +15% at
+        # 1k tokens). The checker refuses the tile where it does not fit beside the ring; the next candidate has none.
+        # (At D = 128 and 256 the ring fills shared memory, and at D = 128 a 2-slot ring took 20% longer per key.)
+        if not spec.is_decode and spec.head_dim == spec.head_dim_v == 64:
             first["ostage"] = 1
             why += ", O stored by TMA from a shared tile"
     out = [Candidate(first, why)]

@@ -26,12 +26,12 @@ def tma_descriptor(t: Any, name: str, block: list[int]) -> Any:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     size = t.element_size()
-    if name == "o" and not tma_can_read(tuple(t.stride()), size, t.data_ptr()):  # (an output: a copy of it would be written, then lost)
-        raise LaunchError(f"o (strides {tuple(t.stride())}, {size}-byte elements) cannot be written by TMA: every stride but the last must be "
-                          "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where="o",
-                          hint="allocate o with torch.empty(...) (contiguous, or a transposed view of a contiguous one), or generate "
-                               "without ostage (O then leaves by pointer stores)")
     if not tma_can_read(tuple(t.stride()), size, t.data_ptr()):
+        if name == "o":  # an output: a copy of it would be written, then lost
+            raise LaunchError(f"o (strides {tuple(t.stride())}, {size}-byte elements) cannot be written by TMA: every stride but the last must be "
+                              "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where="o",
+                              hint="allocate o with torch.empty(...) (contiguous, or a transposed view of a contiguous one), or generate "
+                                   "without ostage (O then leaves by pointer stores)")
         raise LaunchError(f"{name} (strides {tuple(t.stride())}, {size}-byte elements) cannot be read by TMA: every stride but the last must be "
                           "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where=name,
                           hint=f"pass {name}.contiguous(), or generate with --backend triton (pointer loads take any strides)")
