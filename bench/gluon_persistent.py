@@ -4,10 +4,11 @@ tile and a TMA store), each verified natively, then timed side by side with cuDN
 
 Usage (on an H100/H200, from the repository root; carry .gpu_deps):
     PYTHONPATH=src:.gpu_deps python3 bench/gluon_persistent.py --out $OUT [--rows s1k,d256] [--jobs 8] [--switch ostage]
+    PYTHONPATH=src:.gpu_deps python3 bench/gluon_persistent.py --out $OUT --rows d128 --variants ostage=2 ostage=2,persistent=1
 
 For each prefill row of the bench matrix (``--rows``: name substrings; default all): the parameters the
 tuning database holds for the gluon backend on the row's bucket (the planner's first choice if none),
-and the same with the switch on (the db's without it). Phase 1 builds and verifies every kernel (``verify.verify``: the
+and the same with the switch on (the db's without it), or with each of ``--variants``' overrides. Phase 1 builds and verifies every kernel (``verify.verify``: the
 gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own, and
 also verifies the switch on the feature specs below (at D <= 64 for ostage) (window, ALiBi, softcap, GQA/MQA, odd lengths,
 both causal alignments), which are not timed. Phase 2, one process: per row, cuDNN (SDPA), the
@@ -109,6 +110,20 @@ def _time_row(row, modules: dict[str, str], rounds: int) -> dict:
     return dict(row=row.name, ms=ms, ratio={name: round(ms["cudnn"] / t, 3) for name, t in ms.items() if name != "cudnn"})
 
 
+def _overrides(text: str) -> dict[str, int]:
+    """``ostage=2,persistent=1`` -> {"ostage": 2, "persistent": 1} (0 takes the parameter out)."""
+    try:
+        pairs = [item.split("=") for item in text.split(",")]
+        return {key.strip(): int(value) for key, value in pairs}
+    except ValueError:
+        raise SystemExit(f"--variants: {text!r} is not KEY=INT[,KEY=INT...] (e.g. ostage=2,persistent=1)") from None
+
+
+def _apply(base: dict[str, int], overrides: dict[str, int]) -> dict[str, int]:
+    params = {**base, **overrides}
+    return {key: value for key, value in params.items() if value != 0}
+
+
 def main() -> int:
     from attnforge.bench.matrix import full_matrix, select
     from attnforge.spec import AttentionSpec
@@ -118,24 +133,39 @@ def main() -> int:
     ap.add_argument("--rows", default="", help="comma-separated row name substrings (default: every prefill row)")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--switch", default="persistent", choices=("persistent", "ostage"))
+    ap.add_argument("--switch", default="persistent", choices=("persistent", "ostage"),
+                    help="one variant: the database's parameters with this one at 1 (against them without it)")
+    ap.add_argument("--variants", nargs="+", metavar="KEY=INT[,KEY=INT]",
+                    help="instead of --switch: each a set of overrides of the database's parameters (0 removes one), "
+                         "e.g. ostage=2 ostage=2,persistent=1; a variant equal to the database's or to an earlier one is skipped")
     args = ap.parse_args()
-    sw = args.switch
+    if args.variants:
+        variants = {text: _overrides(text) for text in args.variants}
+        strip: tuple[str, ...] = ()
+    else:  # (--switch: the baseline is the database's parameters without the switch)
+        variants, strip = {args.switch: {args.switch: 1}}, (args.switch,)
+    label = "-".join(variants).replace(",", "_").replace("=", "")  # (a file name of letters, digits, '_' and '-')
     args.out.mkdir(parents=True, exist_ok=True)
     prefill = [r for r in full_matrix() if r.group == "prefill"]
     rows = select(prefill, patterns=args.rows.split(",")) if args.rows else prefill
-    jobs = []
+    jobs, row_variants = [], {}
     for row in rows:
         kw = dict(heads=row.heads, kv_heads=row.kv_heads, head_dim=row.head_dim, dtype=row.dtype, causal=row.causal,
                   batch=row.batch, seqlen_q=row.seqlen_q, seqlen_k=row.seqlen_k)
-        base = _params(AttentionSpec(**kw))
-        base.pop(sw, None)
-        jobs += [(f"{row.name}@db", kw, base, str(args.out)), (f"{row.name}@{sw}", kw, {**base, sw: 1}, str(args.out))]
-    for name, kw in FEATURES:
-        if sw == "ostage":  # (O's staging tile fits beside the ring at D <= 64)
-            kw = {**kw, "head_dim": min(kw["head_dim"], 64)}
-        spec = AttentionSpec(**kw)
-        jobs.append((f"feature-{name}@{sw}", kw, {**_params(spec), sw: 1}, str(args.out)))
+        base = {k: v for k, v in _params(AttentionSpec(**kw)).items() if k not in strip}
+        seen, row_variants[row.name] = [base], ["db"]
+        jobs.append((f"{row.name}@db", kw, base, str(args.out)))
+        for name, overrides in variants.items():
+            params = _apply(base, overrides)
+            if params not in seen:
+                seen.append(params)
+                row_variants[row.name].append(name)
+                jobs.append((f"{row.name}@{name}", kw, params, str(args.out)))
+    for feature, kw in FEATURES:
+        for name, overrides in variants.items():
+            fkw = {**kw, "head_dim": min(kw["head_dim"], 64)} if overrides.get("ostage") == 1 else kw  # (O's staging
+            # tile fits beside the ring at D <= 64)
+            jobs.append((f"feature-{feature}@{name}", fkw, _apply(_params(AttentionSpec(**fkw)), overrides), str(args.out)))
     t0 = time.time()
     built: dict[str, dict] = {}
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # (no CUDA context forked)
@@ -146,22 +176,25 @@ def main() -> int:
     print(f"phase 1: {sum(r['ok'] for r in built.values())}/{len(built)} verified in {time.time() - t0:.0f} s", flush=True)
     timed = []
     for row in rows:
-        modules = {v: built[f"{row.name}@{v}"]["module"] for v in ("db", sw) if built[f"{row.name}@{v}"]["ok"]}
+        modules = {v: built[f"{row.name}@{v}"]["module"] for v in row_variants[row.name] if built[f"{row.name}@{v}"]["ok"]}
         if modules:
             timed.append(_time_row(row, modules, args.rounds))
-    (args.out / f"{sw}.json").write_text(json.dumps(dict(built=built, timed=timed), indent=1))
-    print(f"\n| row | db params | db vs cuDNN | {sw} vs cuDNN | {sw} / db |\n|---|---|---|---|---|")
+    (args.out / f"{label}.json").write_text(json.dumps(dict(built=built, timed=timed), indent=1))
+    names = list(variants)
+    print(f"\n| row | db params | db vs cuDNN | " + " | ".join(f"{v} vs cuDNN | {v} / db" for v in names) + " |")
+    print("|---|---|---|" + "---|---|" * len(names))
     for t in timed:
         r = t["ratio"]
-        gain = f"{r[sw] / r['db']:.3f}" if {"db", sw} <= set(r) else "-"
-        print(f"| {t['row']} | {built[t['row'] + '@db']['params']} | {r.get('db', '-')} | {r.get(sw, '-')} | {gain} |")
-    both = [t["ratio"] for t in timed if {"db", sw} <= set(t["ratio"])]
-    if both:
-        geo = lambda xs: statistics.geometric_mean(xs)  # noqa: E731
-        print(f"\ngeomean vs cuDNN: db {geo([r['db'] for r in both]):.3f}, {sw} {geo([r[sw] for r in both]):.3f}, "
-              f"per row best {geo([max(r['db'], r[sw]) for r in both]):.3f} ({len(both)} rows)")
+        cells = [f"{r.get(v, '-')} | " + (f"{r[v] / r['db']:.3f}" if {"db", v} <= set(r) else "-") for v in names]
+        print(f"| {t['row']} | {built[t['row'] + '@db']['params']} | {r.get('db', '-')} | " + " | ".join(cells) + " |")
+    geo = lambda xs: statistics.geometric_mean(xs)  # noqa: E731
+    with_db = [t["ratio"] for t in timed if "db" in t["ratio"]]
+    if with_db:
+        best = geo([max(r.values()) for r in with_db])
+        print(f"\ngeomean vs cuDNN over {len(with_db)} rows: db {geo([r['db'] for r in with_db]):.3f}, "
+              + ", ".join(f"{v} {geo([r.get(v, r['db']) for r in with_db]):.3f}" for v in names)
+              + f" (a variant equal to db, or failed, counts as db); per row best {best:.3f}")
     return 0 if all(r["ok"] for r in built.values()) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,12 +40,25 @@ def _persistent(spec: AttentionSpec, d: int) -> bool:
     2026-12-01 run 5): faster without a mask whose bounds move with the row tile at D <= 128 (+1-9%)
     and at D = 256 up to 1k keys (+4-6%; neutral at 4k); under a causal mask at D = 64 up to 4k keys
     (+5-24%), slower at 16k keys and at D = 256 (a static share of unequal tiles), and at D = 128 it
-    spills (the compute warpgroups' registers are full)."""
+    spilled (the compute warpgroups' registers were full). With O out through Q's tile (``_o_through_q``) and the mask's
+    key bounds folded per row, the causal D = 128 kernel spills no more; up to 1k keys it is then +3-4% (run 8), at 4k
+    and 16k keys slower (-3 to -17%)."""
     if spec.is_decode or spec.window_left is not None or spec.window_right is not None:
         return False
     if spec.causal:
-        return d <= 64 and spec.seqlen_k <= 4096
+        return d <= 64 and spec.seqlen_k <= 4096 or d == 128 and spec.seqlen_k <= 1024 and _o_through_q(spec)
     return d <= 128 or spec.seqlen_k <= 1024
+
+
+def _o_through_q(spec: AttentionSpec) -> bool:
+    """Whether O goes out through Q's shared tile (``ostage = 2``, docs/TL.md section 11.5) where a staging tile of
+    its own does not fit (D = Dv above 64). Measured on the H200 against the same kernels storing O from registers
+    (bench/RESULTS.md, 2026-12-02 run 8; every one verified by the gate first): +4 to +15% on every D = 256 row;
+    at D = 128 +2 to +12% at 1k keys, -2 to +6% at 4k; at D = 128 and 16k keys -2 to -4% without a mask and -2 to
+    +2% causal (the store is a small share of a long row, and Q's slot is held until O has gone out)."""
+    if spec.is_decode or spec.head_dim != spec.head_dim_v or not 64 < spec.head_dim <= 256:
+        return False
+    return spec.head_dim > 128 or spec.seqlen_k <= 4096
 
 
 # sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
@@ -83,6 +96,9 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         if not spec.is_decode and spec.head_dim == spec.head_dim_v == 64:
             first["ostage"] = 1
             why += ", O stored by TMA from a shared tile"
+        elif _o_through_q(spec):
+            first["ostage"] = 2
+            why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
     out = [Candidate(first, why)]
     if first.get("ostage"):
         first = {k: v for k, v in first.items() if k != "ostage"}
