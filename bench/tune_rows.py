@@ -53,7 +53,7 @@ def main() -> int:
                    *(["--causal"] if row.causal else []), "--budget", str(args.budget),
                    "--max-candidates", str(args.max_candidates), "--db", str(args.db)]
         result = subprocess.run(command, capture_output=True, text=True)
-        said = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("head to head", "best", "no candidate"))]
+        said = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("head to head", "best", "no candidate", "rejected"))]
         print(f"{row.name}: " + (" | ".join(said) if said else (result.stdout + result.stderr)[-400:]), flush=True)
     return 0
 
