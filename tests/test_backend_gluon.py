@@ -192,10 +192,54 @@ def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
     assert report.spill_bytes == 0 and {"wgmma", "tma"} <= set(report.instructions)
 
 
+_SYNC_OPS = re.compile(r"^\s*(?:@%p\d+\s+)?(stmatrix|st\.shared|fence\.proxy\.async|bar\.sync|barrier\.sync|"
+                       r"cp\.async\.bulk\.tensor\.\dd\.global\.shared|cp\.async\.bulk\.wait_group\.read|mbarrier\.arrive)\b", re.M)
+_SYNC_KIND = {"stmatrix": "st", "st.shared": "st", "fence.proxy.async": "fence", "bar.sync": "bar", "barrier.sync": "bar",
+              "cp.async.bulk.wait_group.read": "wait", "mbarrier.arrive": "arrive"}
+
+
+def _tma_store_order_faults(ptx: str) -> list[str]:
+    """What ostage's TMA stores of O rely on in the PTX Triton lowers them to: one elected thread issues the
+    store and only its bulk group is waited for, so (1) between the warpgroup's shared stores and the store
+    there is a proxy fence, then a barrier of the warpgroup; (2) after each wait for the store to have read
+    shared memory, a barrier comes before anything writes shared memory again (the staging slot, Qs) or
+    arrives on a barrier (Qs given back to the load warp)."""
+    ops = [_SYNC_KIND.get(m, "tma_store") for m in _SYNC_OPS.findall(ptx)]
+    faults, stores, waits = [], [i for i, op in enumerate(ops) if op == "tma_store"], [i for i, op in enumerate(ops) if op == "wait"]
+    if not stores or not waits:
+        return [f"{len(stores)} TMA stores and {len(waits)} waits for them in the PTX"]
+    for i in stores:
+        last_st = max((j for j in range(i) if ops[j] == "st"), default=-1)
+        between = ops[last_st + 1:i]
+        if "fence" not in between or "bar" not in between[between.index("fence"):]:
+            faults.append(f"TMA store #{stores.index(i)}: after the last shared store {between} (want a fence, then a barrier)")
+    for i in waits:
+        following = next((op for op in ops[i + 1:] if op in ("bar", "st", "arrive", "tma_store")), "bar")
+        if following != "bar":
+            faults.append(f"wait #{waits.index(i)}: followed by {following} before any barrier")
+    return faults
+
+
+def test_the_tma_store_order_check_sees_a_missing_barrier():
+    good = ("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%r1], {%r2};\n fence.proxy.async.shared::cta;\n bar.sync 0, 128;\n"
+            "@%p3 cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%rd1, {%r4}], [%r5];\n cp.async.bulk.wait_group.read 0;\n"
+            " bar.sync 0, 128;\n@%p1 mbarrier.arrive.shared::cta.b64 _, [%r6];\n")
+    assert _tma_store_order_faults(good) == []
+    no_bar_after_wait = good.replace(" bar.sync 0, 128;\n@%p1", "@%p1")
+    assert _tma_store_order_faults(no_bar_after_wait) == ["wait #0: followed by arrive before any barrier"]
+    no_bar_before_store = good.replace("fence.proxy.async.shared::cta;\n bar.sync 0, 128;", "fence.proxy.async.shared::cta;")
+    assert len(_tma_store_order_faults(no_bar_before_store)) == 1
+    no_fence = good.replace(" fence.proxy.async.shared::cta;\n", "")
+    assert len(_tma_store_order_faults(no_fence)) == 1
+    assert _tma_store_order_faults("bar.sync 0, 128;") != []  # nothing to check is a fault, not a pass
+
+
 @pytest.mark.parametrize("d, ostage", [(64, 1), (128, 2), (64, 2)], ids=["d64-own-tile", "d128-through-qs", "d64-through-qs"])
 def test_o_leaves_by_a_tma_store_from_shared_memory(d, ostage, tmp_path):
     """``ostage``: O's store is a TMA store from shared memory (a staging tile the checker counts, or
-    Qs), waited for before the program ends; without it, O goes out by pointer stores."""
+    Qs), waited for before the program ends; without it, O goes out by pointer stores. In the PTX, the
+    warpgroup's barriers around the store that the slot reuse and Qs' hand-back rely on (Triton's lowering
+    of ``tma.store_wait``, not the translator's code, puts the one after the wait)."""
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
 
@@ -216,6 +260,8 @@ def test_o_leaves_by_a_tma_store_from_shared_memory(d, ostage, tmp_path):
         ptx = next((tmp_path / f"b{o}").rglob("*.ptx")).read_text()
         assert bool(re.search(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", ptx)) == bool(o)
         assert ("gl.store(o_ptrs" in source) == (not o)
+        if o:
+            assert _tma_store_order_faults(ptx) == []
     assert sizes[ostage] - sizes[0] == (128 * d * 2 if ostage == 1 else 0)  # the staging tile, counted by the checker
 
 

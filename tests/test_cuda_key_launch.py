@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from attnforge.api import _Prepared
+from attnforge.api import PreparedCall
 from attnforge.backends.cuda import kernel as ck
 
 
@@ -137,7 +137,7 @@ def test_attention_dispatch_takes_a_kernels_checked_launch_after_its_first_call(
         def checked_launch(self, slots, **scalars):
             return lambda q, k, v, o, lse, **per_call: calls.append("fast")
 
-    prepared = _Prepared(Plain(), {"scale": 0.5}, None, False)
+    prepared = PreparedCall(Plain(), {"scale": 0.5}, None, False)
     for _ in range(3):
         prepared.launch(*(torch.empty(1),) * 5)
     assert calls == ["checked", "fast", "fast"]

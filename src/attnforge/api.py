@@ -160,7 +160,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: str
                              where="attention", hint="call it under torch.no_grad() / torch.inference_mode(), or detach the inputs if no gradient is wanted")
 
 
-class _Prepared:
+class PreparedCall:
     """What a dispatch-cache hit needs: the kernel, its runtime scalars (with the ALiBi slopes
     when they are the same at every call), and the compiled kernels its launches recorded
     (``slots``). The first launch of a key runs every check of the kernel's launcher; later ones
@@ -190,10 +190,10 @@ class _Prepared:
         self.fast = checked(self.slots, **self.scalars) if checked is not None else None  # this launch passed every check
 
 
-# (shapes, strides, dtype, device, 16-byte alignment of q/k/v and of a slopes tensor, every option with its type) -> _Prepared. Every
+# (shapes, strides, dtype, device, 16-byte alignment of q/k/v and of a slopes tensor, every option with its type) -> PreparedCall. Every
 # argument check and the spec's validation run once per key; a hit only allocates the outputs
 # and launches. What Triton specialises a kernel on is all in the key (see launching.launch_kernel).
-_dispatch: dict[tuple, _Prepared] = {}
+_dispatch: dict[tuple, PreparedCall] = {}
 _DISPATCH_LIMIT = 4096
 
 
@@ -290,11 +290,11 @@ def attention(
     return (o, lse) if return_lse else o
 
 
-def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, alibi_slopes, backend: str, layout: str, **options) -> _Prepared:
+def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, alibi_slopes, backend: str, layout: str, **options) -> PreparedCall:
     """Check a call's arguments, validate its spec and get its kernel (built on first use): once per dispatch key."""
     q, k, v, spec, slopes = _checked(q, k, v, alibi_slopes=alibi_slopes, layout=layout, **options)
     kernel = kernel_for(spec, q.device, backend=backend, tma=tma_compatible(q, k, v))
-    return _Prepared(kernel, spec.runtime_scalars(), None if isinstance(alibi_slopes, torch.Tensor) else slopes, layout == "bshd")
+    return PreparedCall(kernel, spec.runtime_scalars(), None if isinstance(alibi_slopes, torch.Tensor) else slopes, layout == "bshd")
 
 
 def _checked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, causal_align: str, scale: Optional[float], window,

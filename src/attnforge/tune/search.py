@@ -292,14 +292,14 @@ def _time(kernel, inputs, spec: AttentionSpec, native: bool) -> float:
 
         scalars["alibi_slopes"] = torch.tensor(alibi_slopes_for(q.shape[1]), dtype=torch.float32, device=q.device)
     if native:
-        from ..api import _Prepared
+        from ..api import PreparedCall
         from ..backends.triton.timing import median_ms
 
         # timed as a user's calls run (attnforge.attention): the first launch checked, the later ones replayed with the
         # checks skipped. Timed through ``launch`` with its checks, a short Gluon kernel was host-bound: 0.29 against
         # 0.19 ms for the same kernel in attnforge bench (bench/RESULTS.md, 2026-12-02 run 8)
         slopes = scalars.pop("alibi_slopes", None)
-        prepared = _Prepared(kernel, scalars, slopes, out_bshd=False)
+        prepared = PreparedCall(kernel, scalars, slopes, out_bshd=False)
         return median_ms(lambda: prepared.launch(q, k, v, o, lse))
     run = lambda: kernel.launch(q, k, v, o, lse, **scalars)  # noqa: E731
     times = []
