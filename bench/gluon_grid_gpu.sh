@@ -31,6 +31,7 @@ fi
 run bf16_topleft --dtype bf16 --head-dim 128 --heads 4 --kv-heads 1 --seqlen-q 300 --seqlen-k 900 --causal --causal-align top_left
 run bf16_sq_gt_sk --dtype bf16 --head-dim 128 --heads 2 --kv-heads 2 --seqlen-q 900 --seqlen-k 300 --causal
 run bf16_window --dtype bf16 --head-dim 64 --heads 4 --kv-heads 2 --seqlen-q 1000 --seqlen-k 1000 --window 128,0
+run bf16_window_d128 --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 1000 --seqlen-k 1000 --window 200,30
 run bf16_alibi --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 600 --seqlen-k 600 --causal --alibi-slopes auto
 run bf16_softcap --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 600 --seqlen-k 600 --softcap 20
 run fp16_scoremod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --score-mod "score - 0.01 * abs(q_idx - kv_idx)"

@@ -282,6 +282,19 @@ def test_a_staging_tile_refused_for_shared_memory_rules_out_only_kernels_that_ho
     assert _pruned({**first, "stages": 4}, [("shared", first)])
 
 
+def test_a_spill_rules_out_only_kernels_with_the_same_schedule_switches():
+    """A spill rules out tiles at least as large in as many warps or fewer, but only under the same schedule
+    switches: they move register pressure (a persistent causal D = 128 kernel spilled storing O from registers,
+    not through Qs), so a spilling persistent kernel says nothing of the same tile launched per work tile."""
+    from attnforge.tune.search import _pruned
+
+    first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
+    by = [("spills", {**first, "persistent": 1})]
+    assert _pruned({**first, "persistent": 1, "stages": 2}, by) and _pruned({**first, "persistent": 1, "warps": 4}, by)
+    assert not _pruned(first, by) and not _pruned({**first, "persistent": 1, "ostage": 2}, by)
+    assert _pruned(dict(BM=128, BN=128, warps=4, stages=2), [("spills", dict(BM=128, BN=64, warps=4, stages=3))])  # the portable form's
+
+
 def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
     from attnforge.tune.search import hopper_neighbours, tune
 

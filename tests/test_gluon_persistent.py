@@ -374,10 +374,50 @@ def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster(
         return hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)[0].params.get("persistent", 0)
 
     assert first(head_dim=128, seqlen_q=4096) == 1 and first(head_dim=64, seqlen_q=4096, causal=True) == 1
-    assert first(head_dim=128, seqlen_q=1024, causal=True) == 0  # (spills: bench/RESULTS.md run 5)
+    # causal D = 128: persistent up to 1k keys with O out through Qs (without it, it spilled: bench/RESULTS.md runs 5, 8)
+    assert first(head_dim=128, seqlen_q=1024, seqlen_k=1024, causal=True) == 1
+    assert first(head_dim=128, seqlen_q=4096, seqlen_k=4096, causal=True) == 0
+    assert first(head_dim=128, head_dim_v=64, seqlen_q=1024, seqlen_k=1024, causal=True) == 0
+    causal_short = hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16", causal=True, seqlen_q=1024, seqlen_k=1024), H200)
+    assert all("persistent" not in c.params for c in causal_short[1:])  # the fallbacks, without O through Qs
     assert first(head_dim=64, seqlen_q=16384, causal=True) == 0 and first(head_dim=256, seqlen_q=4096) == 0
     assert first(head_dim=256, seqlen_q=1024) == 1
     assert hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16"), get_target("b200"))[0].params.get("persistent") is None
+
+
+@pytest.mark.parametrize("kw, ostage", [
+    (dict(head_dim=64), 1), (dict(head_dim=128, seqlen_q=4096, seqlen_k=4096), 2), (dict(head_dim=128, seqlen_q=16384, seqlen_k=16384), 0),
+    (dict(head_dim=128, seqlen_q=16384, seqlen_k=16384, causal=True), 0), (dict(head_dim=256, seqlen_q=16384, seqlen_k=16384), 2),
+    (dict(head_dim=128, head_dim_v=64), 0), (dict(head_dim=256, head_dim_v=128), 0)
+], ids=["d64", "d128-4k", "d128-16k", "d128-16k-causal", "d256-16k", "d128-dv64", "d256-dv128"])
+def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
+    """``ostage``: 1 (a staging tile) at D = Dv = 64; 2 (through Qs, D = Dv) above 64 but not at D = 128 past 4k
+    keys (bench/RESULTS.md runs 7 and 8); never on sm_100. Its fallback stores O from registers, and is not
+    persistent where only O through Qs made a persistent kernel fit its registers."""
+    from attnforge.plan.hopper import hopper_candidates
+
+    cands = hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)
+    assert cands[0].params.get("ostage", 0) == ostage
+    assert all("ostage" not in c.params for c in cands[1:])
+    assert "ostage" not in hopper_candidates(AttentionSpec(heads=16, dtype="bf16", **kw), get_target("b200"))[0].params
+
+
+def test_the_cache_plans_a_bucket_with_the_first_choice_for_the_calls_own_lengths(monkeypatch, tmp_path):
+    """The cache builds one kernel per bucket, planned on a stand-in of 1k tokens; the Hopper form's first
+    choice follows the KV length, so a call past 4k keys at D = 128 is planned (and keyed) with its own."""
+    from attnforge.backends import get_backend
+    from attnforge.cache import _first_choice, entry_key
+
+    monkeypatch.setenv("ATTNFORGE_TUNING", str(tmp_path / "none.json"))
+    gluon = get_backend("gluon")
+    spec = lambda s: AttentionSpec(heads=6, kv_heads=2, head_dim=128, dtype="fp16", causal=True, seqlen_q=s, seqlen_k=s)  # noqa: E731
+    assert _first_choice(spec(1000), H200, gluon) is None  # the stand-in's own: the planner's order
+    long = _first_choice(spec(9000), H200, gluon)
+    assert long is not None and "ostage" not in long.params and "persistent" not in long.params and "Sk=9000" in long.reason
+    assert _first_choice(spec(3000), H200, gluon).params.get("ostage") == 2
+    assert len({entry_key(spec(s), H200, backend=gluon) for s in (1000, 3000, 9000)}) == 3
+    assert entry_key(spec(1000), H200, backend=gluon) == entry_key(spec(700), H200, backend=gluon)
+    assert _first_choice(AttentionSpec(heads=6, kv_heads=2, head_dim=128, seqlen_q=1, seqlen_k=9000), H200, gluon) is None  # split-KV
 
 
 def _edit(spec: AttentionSpec, old: str, new: str, params: dict[str, int] | None = None) -> str:

@@ -181,22 +181,37 @@ def test_a_backend_that_cannot_be_tuned_here_leaves_the_others_searched(_db, mon
 
 
 def test_native_times_are_taken_on_the_call_path_users_run(monkeypatch):
-    """The tuner times a kernel as attnforge.attention runs it: the first launch with every check, the
-    later ones on the kernel's fast path (checks skipped). Timed through the checking launch, a short Gluon
-    kernel measured its host time (0.29 against 0.19 ms on the H200, bench/RESULTS.md run 8) and auto chose
-    the slower backend."""
+    """The tuner times a kernel as attnforge.attention runs it: the first launch with every check (recording
+    its launches into the key's slots, for a kernel that records them), the later ones on the kernel's fast
+    path bound to those slots (checks skipped). Timed through the checking launch, a short Gluon kernel
+    measured its host time (0.29 against 0.19 ms on the H200, bench/RESULTS.md run 8) and auto chose the
+    slower backend."""
     from attnforge.backends.triton import timing
     from attnforge.tune import search
 
-    calls: list[str] = []
+    calls: list[tuple] = []
 
-    class Kernel:
+    class Recording:  # a Triton or Gluon kernel: its first launch records into the key's slots
         def launch(self, q, k, v, o, lse, **scalars):
-            calls.append("checked")
+            calls.append(("unkeyed",))
+
+        def launch_keyed(self, q, k, v, o, lse, *, slots, **scalars):
+            slots.append("compiled kernel")
+            calls.append(("checked", "alibi_slopes" in scalars))
 
         def checked_launch(self, slots, **scalars):
-            assert "alibi_slopes" in scalars  # a slopes tensor bound with the scalars, as for a user's call
-            return lambda q, k, v, o, lse: calls.append("fast")
+            assert slots == ["compiled kernel"] and "alibi_slopes" in scalars  # the first launch's slots, the slopes bound
+            return lambda q, k, v, o, lse: calls.append(("fast",))
+
+    class Planning(Recording):  # the CUDA backend's: no recorded launches, its own key launch
+        launch_keyed = None
+
+        def launch(self, q, k, v, o, lse, **scalars):
+            calls.append(("checked", "alibi_slopes" in scalars))
+
+        def checked_launch(self, slots, **scalars):
+            assert "alibi_slopes" in scalars
+            return lambda q, k, v, o, lse: calls.append(("fast",))
 
     def median_ms(fn, **_):
         for _ in range(4):
@@ -206,5 +221,7 @@ def test_native_times_are_taken_on_the_call_path_users_run(monkeypatch):
     monkeypatch.setattr(timing, "median_ms", median_ms)
     spec = AttentionSpec(heads=2, kv_heads=2, head_dim=16, seqlen_q=8, seqlen_k=8, alibi_slopes="auto")
     q = torch.zeros(1, 2, 8, 16)
-    assert search._time(Kernel(), (q, q, q), spec, native=True) == 1.0
-    assert calls == ["checked", "fast", "fast", "fast"]
+    for kernel in (Recording(), Planning()):
+        calls.clear()
+        assert search._time(kernel, (q, q, q), spec, native=True) == 1.0
+        assert calls == [("checked", True), ("fast",), ("fast",), ("fast",)]

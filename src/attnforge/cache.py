@@ -31,7 +31,7 @@ from .backends import Backend, choose_backend, choose_backend_and_reason
 from .errors import AttnforgeError, OutputError
 from .generate import generate, tuned_candidate
 from .report import add_section
-from .plan.builtin import packs_gqa
+from .plan.builtin import Candidate, packs_gqa
 from .spec import AttentionSpec
 from .targets import Target
 
@@ -70,10 +70,26 @@ def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "
 
     backend = _resolve(backend, spec, target)
     bucket = spec_bucket(spec).to_dict()
-    tuned = tuned_candidate(spec, target, backend.name)  # a new tuning result is a new kernel
+    tuned = _first_choice(spec, target, backend)  # a new tuning result (or a length rule's other choice) is a new kernel
     blob = json.dumps({"spec": bucket, "target": target.name, "backend": backend.name, "tma": tma, "attnforge": __version__,
                        **backend.versions(), "torch": torch.__version__, "tuned": tuned and tuned.params}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _first_choice(spec: AttentionSpec, target: Target, backend: Backend) -> Candidate | None:
+    """The parameters to offer first for the bucket's program: the tuning database's for the call's
+    lengths; else, for a backend of the Hopper form, whose first choice follows the KV length (persistent
+    tiles, O's store: ``plan/hopper``), the planner's choice for the call's lengths where it differs from
+    the stand-in's; else None (the planner's own order)."""
+    tuned = tuned_candidate(spec, target, backend.name)
+    if tuned is not None or backend.tl_form != "hopper" or spec.is_decode or packs_gqa(spec):  # (split-KV kernels: no length rule)
+        return tuned
+    from .plan.hopper import hopper_candidates
+
+    own = hopper_candidates(spec, target)[0]
+    if own.params == hopper_candidates(spec_bucket(spec), target)[0].params:
+        return None
+    return Candidate(own.params, f"{own.reason} (the planner's first choice at Sq={spec.seqlen_q}, Sk={spec.seqlen_k})", own.kind)
 
 
 def _resolve(backend: str | Backend, spec: AttentionSpec, target: Target) -> Backend:
@@ -158,9 +174,9 @@ def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, en
          f"tens of seconds in the CPU interpreter); report: {entry / 'report.md'}")
     start = time.perf_counter()
     try:
-        # the tuning database is asked with the call's own lengths: the bucket's are a stand-in
+        # the tuning database and the planner's length rules are asked with the call's own lengths: the bucket's are a stand-in
         result = generate(spec_bucket(spec), target, tmp, backend=backend, backend_reason=reason, run_verification=verify, tma=tma,
-                          tuned=tuned_candidate(spec, target, backend.name) or False)
+                          tuned=_first_choice(spec, target, backend) or False)
         if not result.ok:
             kept = root / f"failed-{entry.name}"
             shutil.rmtree(kept, ignore_errors=True)

@@ -34,19 +34,19 @@ _FIRST = {
 }
 
 
-def _persistent(spec: AttentionSpec, d: int) -> bool:
+def _persistent(spec: AttentionSpec, d: int, o_through_q: bool) -> bool:
     """Whether the first choice walks the work tiles persistently (sm_90; docs/TL.md section 11.5).
     Measured on the H200 against the same kernel launched one program per tile (bench/RESULTS.md,
     2026-12-01 run 5): faster without a mask whose bounds move with the row tile at D <= 128 (+1-9%)
     and at D = 256 up to 1k keys (+4-6%; neutral at 4k); under a causal mask at D = 64 up to 4k keys
     (+5-24%), slower at 16k keys and at D = 256 (a static share of unequal tiles), and at D = 128 it
-    spilled (the compute warpgroups' registers were full). With O out through Q's tile (``_o_through_q``) and the mask's
-    key bounds folded per row, the causal D = 128 kernel spills no more; up to 1k keys it is then +3-4% (run 8), at 4k
-    and 16k keys slower (-3 to -17%)."""
+    spilled (the compute warpgroups' registers were full). With O out through Q's tile (``o_through_q``: ``ostage = 2``)
+    and the mask's key bounds folded per row, the causal D = 128 kernel spills no more; up to 1k keys it is then +3-4%
+    against the same kernel launched per tile (run 8), at 4k and 16k keys 5% and 15-16% slower (the GQA 4k row: +4%)."""
     if spec.is_decode or spec.window_left is not None or spec.window_right is not None:
         return False
     if spec.causal:
-        return d <= 64 and spec.seqlen_k <= 4096 or d == 128 and spec.seqlen_k <= 1024 and _o_through_q(spec)
+        return d <= 64 and spec.seqlen_k <= 4096 or d == 128 and spec.seqlen_k <= 1024 and o_through_q
     return d <= 128 or spec.seqlen_k <= 1024
 
 
@@ -86,7 +86,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         first = dict(_FIRST[key])
         why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
                + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else ""))
-        if _persistent(spec, d):
+        if _persistent(spec, d, _o_through_q(spec)):
             first["persistent"] = 1
             why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
         # O through a staging tile and a TMA store (docs/TL.md section 11.5) at D = Dv = 64, where it was verified
@@ -102,6 +102,8 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     out = [Candidate(first, why)]
     if first.get("ostage"):
         first = {k: v for k, v in first.items() if k != "ostage"}
+        if not _persistent(spec, d, False):  # (persistent only with O out through Qs: without it, it spilled)
+            first.pop("persistent", None)
         out.append(Candidate(dict(first), "O stored from registers (no staging tile in shared memory)"))
     p = dict(first)
     while p["stages"] > 2 or p["BN"] > 64:

@@ -4,10 +4,11 @@ it is timed, within a time budget.
 
 The candidates start from the planner's first choice and walk its neighbours (BM, BN, warps,
 stages, TMA, persistent scheduling), nearest first. A rejection prunes what would fail for the
-same reason: a kernel that spills rules out tiles at least as large (not fewer stages: stages
-cost shared memory, not registers); one over shared memory rules out as many stages of tiles at
-least as large. Times are medians of CUDA events on the bucket's timing shape, beside the
-planner's first choice in the same run. Without a GPU, candidates run in the interpreter on a
+same reason: a kernel that spills rules out tiles at least as large under the same schedule
+switches (not fewer stages: stages cost shared memory, not registers); one over shared memory rules
+out as many stages of tiles at least as large. Times are medians of CUDA events on the bucket's
+timing shape, of launches as a user's calls make them (the first checked, the later ones on the
+kernel's fast path), beside the planner's first choice in the same run. Without a GPU, candidates run in the interpreter on a
 tiny shape: the search and the database work, but the times say nothing about a GPU.
 
 A backend that translates the Hopper form (``tl_form == "hopper"``: gluon) is searched over that
@@ -103,11 +104,17 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 
 
+# the Hopper form's schedule switches, which move a kernel's register pressure as much as its tile does (a persistent
+# causal D = 128 kernel spilled storing O from registers, not through Qs)
+_REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage")
+
+
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:
     """Whether an earlier rejection rules ``params`` out (see the module docstring)."""
     for why, bad in by:
         tile, bad_tile = params["BM"] * params["BN"], bad["BM"] * bad["BN"]
-        if why == "spills" and tile >= bad_tile and params["warps"] <= bad["warps"]:
+        same_switches = all(params.get(k, 0) == bad.get(k, 0) for k in _REGISTER_SWITCHES)
+        if why == "spills" and tile >= bad_tile and params["warps"] <= bad["warps"] and same_switches:
             return True
         if (why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1)
                 and (params.get("ostage") == 1 or bad.get("ostage") != 1)):  # (O's staging tile: only what holds one too)
