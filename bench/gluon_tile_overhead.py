@@ -8,9 +8,9 @@ Usage (on an H100/H200 from the repository root, .gpu_deps carried):
 Each NAME=DIR[:VARIANT+VARIANT...] is an ``attnforge generate --backend gluon`` output directory of a kernel without a mask
 (its kernel_gluon.py); the variants rewrite the module (experiments for the emitter, not its output):
 ``double_q`` the persistent Q buffer into two slots (Q of the next work tile loads while this one's last
-GEMMs run), ``tma_store`` O through shared memory and a TMA store, ``qs_store`` the same through the
-warpgroup's half of Qs (given back to the load warp after the store has read it), ``no_o_store`` (a diagnostic, timed
-only) O not written at all.
+GEMMs run), ``no_o_store`` (a diagnostic, timed only) O not written at all. Run 7's ``tma_store`` and ``qs_store``
+(bench/RESULTS.md) are the emitter's ``ostage = 1`` and ``2`` now (docs/TL.md section 11.5), which the planner writes:
+generate the kernels with and without them instead (the rewrites as run are in git at f484df2).
 """
 
 from __future__ import annotations
@@ -44,39 +44,8 @@ _DOUBLE_Q = [  # (old, new): the one persistent Q slot becomes two, indexed by t
 
 _O_STORE = "        gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)\n"
 
-_TMA_STORE = [  # O through a shared buffer per warpgroup and a TMA store that runs on under the next work tile
-    ("DESC_BLOCKS = {", "DESC_BLOCKS = {'o': [1, 1, 64, HEAD_DIM_V], "),
-    ("def attn_fwd(q_desc, k_desc, v_desc,", "def attn_fwd(q_desc, k_desc, v_desc, o_desc,"),
-    ("    # TL: Allocate Ks in shared", "    Os = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)\n    # TL: Allocate Ks in shared"),
-    ("(_compute, (0, Qs,", "(_compute, (0, Os, o_desc, Qs,"),
-    ("(_compute, (1, Qs,", "(_compute, (1, Os, o_desc, Qs,"),
-    ("def _compute(WG: gl.constexpr, Qs,", "def _compute(WG: gl.constexpr, Os, o_desc, Qs,"),
-    (_O_STORE, "        tma.store_wait(0)  # the previous work tile's store has read Os\n"
-               "        Os.index(WG).reshape([HM, Dv]).store(out)\n        fence_async_shared()\n"
-               "        tma.async_copy_shared_to_global(o_desc, [b, h, m * BM + WG * HM, 0], Os.index(WG))\n"),
-    ("\n@gluon.jit\ndef _load(", "    tma.store_wait(0)\n\n@gluon.jit\ndef _load("),
-    ("    launch_kernel(attn_fwd, grid, (q_desc, k_desc, v_desc,",
-     "    o_desc = tma_descriptor(o, 'o', DESC_BLOCKS['o'])\n    launch_kernel(attn_fwd, grid, (q_desc, k_desc, v_desc, o_desc,"),
-]
-
-_QS_STORE = [  # O through the warpgroup's own half of Qs (no room for a staging tile at D = 128); Qs given back after
-    ("DESC_BLOCKS = {", "DESC_BLOCKS = {'o': [1, 1, 64, HEAD_DIM_V], "),
-    ("def attn_fwd(q_desc, k_desc, v_desc,", "def attn_fwd(q_desc, k_desc, v_desc, o_desc,"),
-    ("(_compute, (0, Qs,", "(_compute, (0, o_desc, Qs,"),
-    ("(_compute, (1, Qs,", "(_compute, (1, o_desc, Qs,"),
-    ("def _compute(WG: gl.constexpr, Qs,", "def _compute(WG: gl.constexpr, o_desc, Qs,"),
-    ("        mbarrier.arrive(q_free, count=1)  # Qs given back: every QK^T GEMM of this work tile is done\n", ""),
-    (_O_STORE, "        q_t.store(out)\n        fence_async_shared()\n"
-               "        tma.async_copy_shared_to_global(o_desc, [b, h, m * BM + WG * HM, 0], Qs.slice(WG * HM, HM, dim=2))\n"
-               "        tma.store_wait(0)\n        mbarrier.arrive(q_free, count=1)\n"),
-    ("    launch_kernel(attn_fwd, grid, (q_desc, k_desc, v_desc,",
-     "    o_desc = tma_descriptor(o, 'o', DESC_BLOCKS['o'])\n    launch_kernel(attn_fwd, grid, (q_desc, k_desc, v_desc, o_desc,"),
-]
-
 VARIANTS = {
-    "qs_store": _QS_STORE,
     "double_q": _DOUBLE_Q,
-    "tma_store": _TMA_STORE,
     "no_o_store": [(_O_STORE, "")],  # a diagnostic: O never written (timed only, not checked)
 }
 
