@@ -126,7 +126,11 @@ class MemoryEmitter(EmitterBase):
         per_row = sh.cols_pad // 8
         nt = self.warps * 32
         trips = -(-chunks // nt)
-        head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;"]
+        # a tile the loop's bound keeps within the view (``for j = 0 : Sk // BN``; a prefetch of tile af_jn is issued only
+        # while af_jn is below that bound) and whose rows hold no padding columns: its copies need no predicate
+        inside = (view.pack is None and sh.cols_pad == sh.cols
+                  and self.scope.tile_inside(s.coord[0], s.tile[0], view.extents[0]))
+        head = [f"const int af_row0 = {row0};" if inside else f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;"]
         if view.pack is None and nt % per_row == 0:
             # a pass of the block covers whole rows: each thread keeps one pointer and steps it by the
             # pass's rows (written as base + row * stride per trip, nvcc hoists every trip's 64-bit
@@ -157,8 +161,9 @@ class MemoryEmitter(EmitterBase):
             f"{INDENT * 2}{trip}",
             f"{INDENT * 2}{guard}{{",
             *(INDENT * 3 + line for line in in_guard),
-            f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-            f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} : {s.src}, af_in);",
+            *([f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, {address}, true);  // a whole tile inside the view"] if inside else [
+                f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
+                f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} : {s.src}, af_in);"]),
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
