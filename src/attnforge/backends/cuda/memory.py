@@ -152,6 +152,9 @@ class MemoryEmitter(EmitterBase):
                 in_guard.append("const int af_vr = af_row0 + af_r;  // the view's row")
                 address = f"{s.src} + {self._row_offset(view, s.coord[0], 'af_vr')} + af_col"
         guard = "" if chunks % nt == 0 else f"if ({guard}) "
+        dst = f"af_dst + af_r * {sh.pitch} + af_col"
+        copy = ([f"af_copy16({dst}, {address}, true);  // a whole tile inside the view"] if inside else
+                [f"const bool af_in = af_r < af_rows && af_col < {sh.cols};", f"af_copy16({dst}, af_in ? {address} : {s.src}, af_in);"])
         return [
             "{",
             *(INDENT + line for line in head),
@@ -161,9 +164,7 @@ class MemoryEmitter(EmitterBase):
             f"{INDENT * 2}{trip}",
             f"{INDENT * 2}{guard}{{",
             *(INDENT * 3 + line for line in in_guard),
-            *([f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, {address}, true);  // a whole tile inside the view"] if inside else [
-                f"{INDENT * 3}const bool af_in = af_r < af_rows && af_col < {sh.cols};",
-                f"{INDENT * 3}af_copy16(af_dst + af_r * {sh.pitch} + af_col, af_in ? {address} : {s.src}, af_in);"]),
+            *(INDENT * 3 + line for line in copy),
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
