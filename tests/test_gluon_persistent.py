@@ -404,20 +404,47 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
 
 def test_the_cache_plans_a_bucket_with_the_first_choice_for_the_calls_own_lengths(monkeypatch, tmp_path):
     """The cache builds one kernel per bucket, planned on a stand-in of 1k tokens; the Hopper form's first
-    choice follows the KV length, so a call past 4k keys at D = 128 is planned (and keyed) with its own."""
+    choice follows the KV length, so a call past 4k keys at D = 128 is planned (and keyed) with its own, and
+    a choice equal to the stand-in's (the planner's or the tuning database's) shares the stand-in's entry."""
+    import attnforge.cache as cache
     from attnforge.backends import get_backend
-    from attnforge.cache import _first_choice, entry_key
+    from attnforge.errors import AttnforgeError
+    from attnforge.tune import database
 
     monkeypatch.setenv("ATTNFORGE_TUNING", str(tmp_path / "none.json"))
+    monkeypatch.setattr(database, "SHIPPED", tmp_path / "no-shipped.json")
     gluon = get_backend("gluon")
     spec = lambda s: AttentionSpec(heads=6, kv_heads=2, head_dim=128, dtype="fp16", causal=True, seqlen_q=s, seqlen_k=s)  # noqa: E731
-    assert _first_choice(spec(1000), H200, gluon) is None  # the stand-in's own: the planner's order
-    long = _first_choice(spec(9000), H200, gluon)
+    assert cache._first_choice(spec(1000), H200, gluon) is None  # the stand-in's own: the planner's order
+    long = cache._first_choice(spec(9000), H200, gluon)
     assert long is not None and "ostage" not in long.params and "persistent" not in long.params and "Sk=9000" in long.reason
-    assert _first_choice(spec(3000), H200, gluon).params.get("ostage") == 2
-    assert len({entry_key(spec(s), H200, backend=gluon) for s in (1000, 3000, 9000)}) == 3
-    assert entry_key(spec(1000), H200, backend=gluon) == entry_key(spec(700), H200, backend=gluon)
-    assert _first_choice(AttentionSpec(heads=6, kv_heads=2, head_dim=128, seqlen_q=1, seqlen_k=9000), H200, gluon) is None  # split-KV
+    assert cache._first_choice(spec(3000), H200, gluon).params.get("ostage") == 2
+    assert len({cache.entry_key(spec(s), H200, backend=gluon) for s in (1000, 3000, 9000)}) == 3
+    assert cache.entry_key(spec(1000), H200, backend=gluon) == cache.entry_key(spec(700), H200, backend=gluon)
+    assert cache._first_choice(AttentionSpec(heads=6, kv_heads=2, head_dim=128, seqlen_q=1, seqlen_k=9000), H200, gluon) is None  # split-KV
+
+    # a tuning entry that is the stand-in's own first choice: the same kernel, the same entry
+    stand_in = cache._first_choice(spec(9000), H200, gluon)  # (not the stand-in's: recorded for the 16k bucket below)
+    from attnforge.plan.hopper import hopper_candidates
+
+    own = hopper_candidates(cache.spec_bucket(spec(1000)), H200)[0].params
+    database.record(database.Entry(target="h200", backend="gluon", spec=database.spec_key(spec(9000)), seq=database.seq_bucket(spec(9000)),
+                                   params=dict(own), ms=1.0, planner_ms=None, device="test", shape="-", measured="-", kind="prefill"))
+    assert stand_in is not None and cache._first_choice(spec(9000), H200, gluon) is None
+    assert cache.entry_key(spec(9000), H200, backend=gluon) == cache.entry_key(spec(1000), H200, backend=gluon)
+    (tmp_path / "none.json").unlink()
+
+    # the build plans with the candidate the key was made of
+    seen = []
+
+    def generate(bucket, target, out, **kw):
+        seen.append((bucket.seqlen_k, kw["tuned"]))
+        raise AttnforgeError("stop here")
+
+    monkeypatch.setattr(cache, "generate", generate)
+    with pytest.raises(AttnforgeError, match="stop here"):
+        cache.build_or_load(spec(9000), H200, backend=gluon, root=tmp_path / "cache")
+    assert seen[0][0] == 1024 and seen[0][1].params == long.params
 
 
 def _edit(spec: AttentionSpec, old: str, new: str, params: dict[str, int] | None = None) -> str:

@@ -65,12 +65,15 @@ def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
                          score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
 
 
-def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", tma: bool = True) -> str:
+def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto", tma: bool = True,
+              first: Candidate | None | bool = True) -> str:
+    """The entry's name: a hash of what decides the kernel. ``first``: ``_first_choice``'s answer when the caller has it
+    (True: ask here), so that the key and the build follow one answer."""
     import torch
 
     backend = _resolve(backend, spec, target)
     bucket = spec_bucket(spec).to_dict()
-    tuned = _first_choice(spec, target, backend)  # a new tuning result (or a length rule's other choice) is a new kernel
+    tuned = _first_choice(spec, target, backend) if first is True else first  # a new tuning result (or length rule) is a new kernel
     blob = json.dumps({"spec": bucket, "target": target.name, "backend": backend.name, "tma": tma, "attnforge": __version__,
                        **backend.versions(), "torch": torch.__version__, "tuned": tuned and tuned.params}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -79,15 +82,19 @@ def entry_key(spec: AttentionSpec, target: Target, *, backend: str | Backend = "
 def _first_choice(spec: AttentionSpec, target: Target, backend: Backend) -> Candidate | None:
     """The parameters to offer first for the bucket's program: the tuning database's for the call's
     lengths; else, for a backend of the Hopper form, whose first choice follows the KV length (persistent
-    tiles, O's store: ``plan/hopper``), the planner's choice for the call's lengths where it differs from
-    the stand-in's; else None (the planner's own order)."""
+    tiles, O's store: ``plan/hopper``), the planner's choice for the call's lengths; for that form, None
+    where either is the stand-in's own first choice (one entry, not two, for the same kernel); else None
+    (the planner's own order)."""
     tuned = tuned_candidate(spec, target, backend.name)
-    if tuned is not None or backend.tl_form != "hopper" or spec.is_decode or packs_gqa(spec):  # (split-KV kernels: no length rule)
+    if backend.tl_form != "hopper" or spec.is_decode or packs_gqa(spec):  # (split-KV kernels: no length rule)
         return tuned
     from .plan.hopper import hopper_candidates
 
+    stand_in = hopper_candidates(spec_bucket(spec), target)[0].params
+    if tuned is not None:
+        return None if tuned.params == stand_in else tuned
     own = hopper_candidates(spec, target)[0]
-    if own.params == hopper_candidates(spec_bucket(spec), target)[0].params:
+    if own.params == stand_in:
         return None
     return Candidate(own.params, f"{own.reason} (the planner's first choice at Sq={spec.seqlen_q}, Sk={spec.seqlen_k})", own.kind)
 
@@ -140,7 +147,8 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
     if not isinstance(backend, Backend):
         backend, reason = choose_backend_and_reason(backend, spec, target)  # the report says which backend and why
     root = cache_dir() if root is None else Path(root)
-    entry = root / entry_key(spec, target, backend=backend, tma=tma)
+    first = _first_choice(spec, target, backend)
+    entry = root / entry_key(spec, target, backend=backend, tma=tma, first=first)
     module = entry / backend.source_file
     why = manifest.damage(entry, (backend.source_file,))
     if why is None:
@@ -154,11 +162,11 @@ def build_or_load(spec: AttentionSpec, target: Target, *, backend: str | Backend
             if os.path.lexists(entry):
                 aside = _set_aside(entry, why)
                 repaired = {"reason": why, "damaged_copy": None if aside is None else str(aside)}
-    _build(spec, target, backend, root, entry, verify=verify, tma=tma, repaired=repaired, reason=reason)
+    _build(spec, target, backend, root, entry, first, verify=verify, tma=tma, repaired=repaired, reason=reason)
     return module
 
 
-def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, entry: Path, *, verify: bool, tma: bool,
+def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, entry: Path, first: Candidate | None, *, verify: bool, tma: bool,
            repaired: dict | None, reason: str | None = None) -> None:
     """Generate the entry in a private directory, write its manifest last, and rename it into place."""
     module = entry / backend.source_file
@@ -176,7 +184,7 @@ def _build(spec: AttentionSpec, target: Target, backend: Backend, root: Path, en
     try:
         # the tuning database and the planner's length rules are asked with the call's own lengths: the bucket's are a stand-in
         result = generate(spec_bucket(spec), target, tmp, backend=backend, backend_reason=reason, run_verification=verify, tma=tma,
-                          tuned=_first_choice(spec, target, backend) or False)
+                          tuned=first or False)
         if not result.ok:
             kept = root / f"failed-{entry.name}"
             shutil.rmtree(kept, ignore_errors=True)

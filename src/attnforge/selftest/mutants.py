@@ -207,11 +207,6 @@ CUDA_MUTANTS: tuple[Mutant, ...] = (
            r"\* af_inv_(\w+)\[af_mt\]\[af_e >> 1\];",
            r"* af_inv_\1[af_mt][af_e & 1];",
            "Normalize divides each output element by the sum of the row its column parity names, not its own row's"),
-    # the unpredicated copies of tiles the loop's bound keeps inside the view (2026-12-02): the tail's must keep theirs
-    Mutant("cuda_tail_copy_unguarded", "causal", "kernel",
-           r"const bool af_in = af_r < af_rows && af_col < (\d+);",
-           r"const bool af_in = af_col < \1;",
-           "the copies of a tile the loop's bound does not keep inside the view (the last, partial K/V tile) read rows past Sk", every=True),
     # split-KV decode (packed GQA, the combine kernel): run by the CUDA GPU check
     Mutant("cuda_packed_q_rows_transposed", "decode", "kernel",
            r"Q \+ \(long long\)\(\(af_vr\) % \(Hq / Hkv\)\) \* stride_q1 \+ \(long long\)\(\(af_vr\) / \(Hq / Hkv\)\) \* stride_q2",

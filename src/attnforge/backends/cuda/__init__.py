@@ -92,7 +92,7 @@ class CudaBackend(Backend):
         from .compile import nvcc_version
 
         # cuda_backend: bumped when the tiles or the emitted code change, so cached kernels are rebuilt
-        return {"nvcc": nvcc_version(), "cuda_backend": "2"}
+        return {"nvcc": nvcc_version(), "cuda_backend": "3"}
 
 
 __all__ = ["CudaBackend", "CudaModule", "translate"]

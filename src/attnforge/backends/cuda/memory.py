@@ -130,7 +130,7 @@ class MemoryEmitter(EmitterBase):
         # while af_jn is below that bound) and whose rows hold no padding columns: its copies need no predicate
         inside = (view.pack is None and sh.cols_pad == sh.cols
                   and self.scope.tile_inside(s.coord[0], s.tile[0], view.extents[0]))
-        head = [f"const int af_row0 = {row0};" if inside else f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;"]
+        head = [f"const int af_row0 = {row0}, af_rows = {extent} - af_row0;"]
         if view.pack is None and nt % per_row == 0:
             # a pass of the block covers whole rows: each thread keeps one pointer and steps it by the
             # pass's rows (written as base + row * stride per trip, nvcc hoists every trip's 64-bit
@@ -153,8 +153,9 @@ class MemoryEmitter(EmitterBase):
                 address = f"{s.src} + {self._row_offset(view, s.coord[0], 'af_vr')} + af_col"
         guard = "" if chunks % nt == 0 else f"if ({guard}) "
         dst = f"af_dst + af_r * {sh.pitch} + af_col"
-        copy = ([f"af_copy16({dst}, {address}, true);  // a whole tile inside the view"] if inside else
-                [f"const bool af_in = af_r < af_rows && af_col < {sh.cols};", f"af_copy16({dst}, af_in ? {address} : {s.src}, af_in);"])
+        in_view = f"af_r < af_rows && af_col < {sh.cols}"
+        copy = ([f"af_copy16_inside({dst}, {address}, {in_view});  // a whole tile inside the view (sm_75 keeps the predicate)"] if inside else
+                [f"const bool af_in = {in_view};", f"af_copy16({dst}, af_in ? {address} : {s.src}, af_in);"])
         return [
             "{",
             *(INDENT + line for line in head),

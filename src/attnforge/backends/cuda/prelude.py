@@ -95,6 +95,15 @@ __device__ __forceinline__ void af_copy16(void* smem, const void* gmem, bool pre
     *reinterpret_cast<uint4*>(smem) = v;
 #endif
 }
+// The same for a piece the loop's bound keeps inside the view: no predicate on sm_80+; the Turing path keeps it (without
+// it, nvcc keeps the loaded pieces live across the loop and spills: the D = 64 causal tile, 8 bytes on sm_75).
+__device__ __forceinline__ void af_copy16_inside(void* smem, const void* gmem, bool pred) {
+#ifndef AF_SM75
+    af_copy16(smem, gmem, true);
+#else
+    af_copy16(smem, gmem, pred);
+#endif
+}
 __device__ __forceinline__ void af_cp_commit() {
 #ifndef AF_SM75
     asm volatile("cp.async.commit_group;\n" ::: "memory");
