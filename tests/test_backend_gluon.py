@@ -192,7 +192,7 @@ def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
     assert report.spill_bytes == 0 and {"wgmma", "tma"} <= set(report.instructions)
 
 
-_SYNC_OPS = re.compile(r"^\s*(?:@%p\d+\s+)?(stmatrix|st\.shared|fence\.proxy\.async|bar\.sync|barrier\.sync|"
+_SYNC_OPS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(stmatrix|st\.shared|fence\.proxy\.async|bar\.sync|barrier\.sync|"
                        r"cp\.async\.bulk\.tensor\.\dd\.global\.shared|cp\.async\.bulk\.wait_group\.read|mbarrier\.arrive)\b", re.M)
 _SYNC_KIND = {"stmatrix": "st", "st.shared": "st", "fence.proxy.async": "fence", "bar.sync": "bar", "barrier.sync": "bar",
               "cp.async.bulk.wait_group.read": "wait", "mbarrier.arrive": "arrive"}

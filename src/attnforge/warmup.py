@@ -5,8 +5,9 @@ model will call, and the first ``attention()`` call of each is a cache hit inste
 A spec list is a JSON file holding a list of spec tables (or ``{"specs": [...]}``), a TOML file
 with ``[[specs]]`` tables, or one spec file (``attnforge spec validate`` reads the same fields).
 Sequence lengths and batch in a spec do not matter for prefill kernels: one kernel serves every
-length, except where the tuning database picks other parameters for another length bucket, and
-those entries are built too. For decode they pick the split count, as at run time.
+length, except where the tuning database, or the Hopper form's planner (its persistent tiles and O's
+store follow the KV length), picks other parameters for another length bucket, and those entries are
+built too. For decode they pick the split count, as at run time.
 """
 
 from __future__ import annotations

@@ -102,9 +102,11 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     out = [Candidate(first, why)]
     if first.get("ostage"):
         first = {k: v for k, v in first.items() if k != "ostage"}
-        if not _persistent(spec, d, False):  # (persistent only with O out through Qs: without it, it spilled)
-            first.pop("persistent", None)
-        out.append(Candidate(dict(first), "O stored from registers (no staging tile in shared memory)"))
+        why = "O stored from registers (no staging tile in shared memory)"
+        if first.get("persistent") and not _persistent(spec, d, False):  # (persistent only with O out through Qs: without it, it spilled)
+            first.pop("persistent")
+            why += ", one program per work tile"
+        out.append(Candidate(dict(first), why))
     p = dict(first)
     while p["stages"] > 2 or p["BN"] > 64:
         if p["stages"] > 2:

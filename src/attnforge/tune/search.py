@@ -104,8 +104,8 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 
 
-# the Hopper form's schedule switches, which move a kernel's register pressure as much as its tile does (a persistent
-# causal D = 128 kernel spilled storing O from registers, not through Qs)
+# schedule switches, which move a kernel's register pressure as much as its tile does (a persistent causal D = 128 Hopper-form
+# kernel spilled storing O from registers, not through Qs); the portable form's ``persistent`` counts too
 _REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage")
 
 
