@@ -28,6 +28,8 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same kernel persistent (1k keys: one program per SM walks the work tiles, the rings carried over), for GLUON_MUTANTS
     "hopper_persistent": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
+    # the persistent causal D = 128 kernel, O out through the warpgroups' rows of Qs (ostage = 2, the planner's choice), for GLUON_MUTANTS
+    "hopper_o_via_q": (AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True), "h200"),
     # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
     "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
     # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
@@ -42,7 +44,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_persistent": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,9 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            "each row's upper key bound one past its diagonal: every row also sees the next query's key"),
     Mutant("gluon_ostage_rows_of_one_warpgroup", "hopper_persistent", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "both warpgroup sets' TMA stores of O go to the first set's rows: the second half of every row tile is never written"),
+    Mutant("gluon_ostage2_stores_the_other_warpgroups_rows", "hopper_o_via_q", "kernel", r"Qs\.slice\(WG \* HM, HM, dim=2\)\)",
+           "Qs.slice((1 - WG) * HM, HM, dim=2))",
+           "with O out through Qs, each warpgroup set's TMA store takes the other set's rows of Qs: the two halves of every row tile swapped"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),
