@@ -128,7 +128,7 @@ def _kernel_fn(m: Writer) -> None:
         desc = f"{_filled_from(m, name)}_desc"
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
-    if hk.ostage and not hk.o_via_q:
+    if hk.o_staged:
         m.emit(f"# ostage = 1: O's staging tile, a slot of HM rows per warpgroup set, emptied by TMA stores", 1)
         m.emit(f"{O_STAGE_NAME} = gl.allocate_shared_memory(o_desc.dtype, [{2 if hk.pingpong else 1}] + o_desc.block_type.shape, o_desc.layout)", 1)
     arrivals = {name: _arrivals(m, name) for name in hk.barriers}

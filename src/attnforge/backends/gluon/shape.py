@@ -97,7 +97,13 @@ class HopperKernel:
 
     @property
     def o_via_q(self) -> bool:
+        """``ostage = 2``: O leaves from the warpgroup's rows of Qs."""
         return self.params.get("ostage", 0) == 2
+
+    @property
+    def o_staged(self) -> bool:
+        """``ostage = 1``: O leaves from a staging tile the translator adds (``O_STAGE_NAME``)."""
+        return self.params.get("ostage", 0) == 1
 
     @property
     def persistent(self) -> bool:

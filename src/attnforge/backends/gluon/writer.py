@@ -247,4 +247,4 @@ def shared_args(hk: HopperKernel) -> list[str]:
     """The shared buffers and barriers every role takes (and what the translator adds: the turns of
     ping-pong, Q's slot given back in a persistent kernel, O's staging tile of an ostage kernel)."""
     return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else []), *([Q_FREE_NAME] if hk.persistent else []),
-            *([O_STAGE_NAME] if hk.ostage and not hk.o_via_q else [])]
+            *([O_STAGE_NAME] if hk.o_staged else [])]
