@@ -257,6 +257,48 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
     return seen
 
 
+# barriers the load warp waits on: they start free, so the n-th wait passes once n phases have completed (the
+# first at once); the others (ready, the ping-pong turns) pass their n-th wait once n + 1 have
+_FREEING = frozenset({"kv_free", "q_free"})
+
+
+def _check_progress(runs: dict, pingpong: bool) -> None:
+    """Play each program's recorded roles against each other as the barriers allow: a wait blocks
+    until its phase has completed (a phase: the barrier's count of arrivals; a TMA copy's landing is
+    its barrier's arrival, taken as immediate), and every role must run to its end. A reordering of
+    the copies or waits that can deadlock (a role waiting for an arrival another role makes only
+    after it waits itself) stops here with the blocked waits."""
+    for pid, roles in runs.items():
+        computes = sum(1 for r in roles if r != "load")
+        count = defaultdict(lambda: 1, {"kv_free": computes, "q_free": computes})
+        arrivals: dict[tuple[str, int | None], int] = defaultdict(int)
+        if pingpong:
+            arrivals[("turn", 0)] = 1  # warpgroup 0 takes the first turn (the kernel arrives once)
+        at = dict.fromkeys(roles, 0)
+        waits_made: dict[tuple[str, str, int | None], int] = defaultdict(int)
+        while True:
+            moved = False
+            for role, events in roles.items():
+                while at[role] < len(events):
+                    e = events[at[role]]
+                    if e[0] == "wait":
+                        _, bar, slot, _ = e
+                        k = waits_made[(role, bar, slot)]
+                        if arrivals[(bar, slot)] // count[bar] < (k if bar in _FREEING else k + 1):
+                            break
+                        waits_made[(role, bar, slot)] += 1
+                    elif e[0] == "arrive":
+                        arrivals[(e[1], e[2])] += 1
+                    elif e[0] == "copy":
+                        arrivals[(e[4], e[5])] += 1
+                    at[role] += 1
+                    moved = True
+            if all(at[r] == len(ev) for r, ev in roles.items()):
+                break
+            blocked = {r: ev[at[r]] for r, ev in roles.items() if at[r] < len(ev)}
+            assert moved, f"program {pid}: the roles deadlock, each waiting: {blocked}"
+
+
 def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int) -> None:
     """An ostage kernel's O leaves by TMA stores from shared memory: one per work tile, at the tile's
     rows of this warpgroup. The shared tile a store reads is written again (or the program ends) only
@@ -320,6 +362,7 @@ def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, prog
     runs = _run(source, spec, B, Sq, Sk, programs)
     tiles = _check_protocol(runs, params["stages"], params["BM"], params["BN"], spec.heads // spec.kv_heads)
     assert tiles == {(m, b, h) for m in range(nm) for b in range(B) for h in range(spec.heads)}
+    _check_progress(runs, bool(params.get("pingpong")))
 
 
 @pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup"])
@@ -365,6 +408,22 @@ def test_an_o_store_into_a_slot_still_being_read_is_caught():
     assert moved != source
     with pytest.raises(AssertionError, match="written before the store before it was waited for"):
         _check_protocol(_run(moved, spec, 2, 600, 600, 3), params["stages"], params["BM"], params["BN"], 2)
+
+
+def test_a_load_order_that_deadlocks_is_caught():
+    """The load warp's copy of Q moved after its work tile's K/V loop: the compute warpgroups wait for Q before they
+    give a slot back, the load warp for a slot before it copies Q. The recorded roles are each right on their own;
+    played against each other they stop."""
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1, "ostage": 2})
+    q_copy = re.search(r"^ *# TL: Copy Q .*\n(?: *mbarrier\.(?:wait|expect)\(q_.*\n)+ *tma\.async_copy_global_to_shared\(q_desc.*\n", source, re.M)
+    kv_loop = re.search(r"^( *)for j in range\(0, gl\.cdiv\(Sk, BN\)\):\n(?:\1 .*\n)+", source[q_copy.end():], re.M)
+    late = source[:q_copy.start()] + source[q_copy.end():q_copy.end() + kv_loop.end()] + q_copy.group(0) + source[q_copy.end() + kv_loop.end():]
+    _check_progress(_run(source, spec, 2, 300, 900, 2), pingpong=True)
+    late_runs = _run(late, spec, 2, 300, 900, 2)
+    _check_protocol(late_runs, params["stages"], params["BM"], params["BN"], 1)  # each role's own record is consistent
+    with pytest.raises(AssertionError, match="deadlock"):
+        _check_progress(late_runs, pingpong=True)
 
 
 def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():
