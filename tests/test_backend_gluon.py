@@ -185,12 +185,15 @@ def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
     program = parse(hopper_source(spec, H200, dict(BM=128, BN=64, warps=8, stages=2, **switches)), file="kernel.tl")
     assert check(program, H200, head_dim=128, head_dim_v=128).ok
     source = gluon.translate(program, head_dim=128, head_dim_v=128).source
-    assert ("mbarrier.wait(turn.index(WG)" in source) == bool(switches.get("pingpong"))
+    assert ("_take_turn(WG)" in source) == bool(switches.get("pingpong"))
     assert ("warpgroup_mma_wait(1," in source) == bool(switches.get("overlap"))
     path = tmp_path / "k.py"
     path.write_text(source)
-    report = compile_for_target(_import(path), H200)
+    report = compile_for_target(_import(path), H200, tmp_path / "b")
     assert report.spill_bytes == 0 and {"wgmma", "tma"} <= set(report.instructions)
+    ptx = next((tmp_path / "b").rglob("*.ptx")).read_text()
+    # ping-pong's turn: hardware named barriers of both warpgroups' 256 threads, passed by bar.arrive (no mbarrier of its own)
+    assert bool(re.search(r"bar\.sync %r\d+, 256;", ptx)) == bool(re.search(r"bar\.arrive %r\d+, 256;", ptx)) == bool(switches.get("pingpong"))
 
 
 _SYNC_OPS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(stmatrix|st\.shared|fence\.proxy\.async|bar\.sync|barrier\.sync|"

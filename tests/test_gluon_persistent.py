@@ -109,6 +109,13 @@ class _Recorder:
         self.events.append(("mma_wait", int(n)))
         return ANY, ANY, ANY
 
+    # the ping-pong turn (named barrier 14 + WG): taken by this warpgroup, passed by the other
+    def take_turn(self, wg):
+        self.events.append(("wait", "turn", int(wg), 0))
+
+    def pass_turn(self, wg):
+        self.events.append(("arrive", "turn", 1 - int(wg)))
+
     def scores(self, *args):
         named = dict(zip(self.scores_params, args))
         self.events.append(("scores", int(named["j"]), int(named["m"]), int(named["b"]), int(named["h"])))
@@ -160,7 +167,7 @@ def _roles(source: str, pid: int, programs: int):
         exec(line, names)
     for block in re.findall(r"^def (?:floordiv|floormod|_compute|_load)\(.*?(?=^@|^def |\Z)", text, re.M | re.S):
         exec(block, names)
-    names["_scores"] = rec.scores
+    names.update(_scores=rec.scores, _take_turn=rec.take_turn, _pass_turn=rec.pass_turn)
     return names["_load"], names["_compute"], rec
 
 
@@ -192,7 +199,7 @@ def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: i
                     args[p] = 1
                 else:  # shared tiles, rings and barriers (the translator's turn and q_free too)
                     args[p] = _Slot(p, None, rec.events)
-            if role == "compute1" and "turn" not in args:
+            if role == "compute1" and "_take_turn(WG)" not in source:
                 continue  # no ping-pong: one compute warpgroup set
             fn(**args)
             roles[role] = rec.events
@@ -262,7 +269,7 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
 _FREEING = frozenset({"kv_free", "q_free"})
 
 
-def _check_progress(runs: dict, pingpong: bool) -> None:
+def _check_progress(runs: dict) -> None:
     """Play each program's recorded roles against each other as the barriers allow: a wait blocks
     until its phase has completed (a phase: the barrier's count of arrivals; a TMA copy's landing is
     its barrier's arrival, taken as immediate), and every role must run to its end. A reordering of
@@ -271,9 +278,7 @@ def _check_progress(runs: dict, pingpong: bool) -> None:
     for pid, roles in runs.items():
         computes = sum(1 for r in roles if r != "load")
         count = defaultdict(lambda: 1, {"kv_free": computes, "q_free": computes})
-        arrivals: dict[tuple[str, int | None], int] = defaultdict(int)
-        if pingpong:
-            arrivals[("turn", 0)] = 1  # warpgroup 0 takes the first turn (the kernel arrives once)
+        arrivals: dict[tuple[str, int | None], int] = defaultdict(int)  # (warpgroup 1 passes the first turn in its record)
         at = dict.fromkeys(roles, 0)
         waits_made: dict[tuple[str, str, int | None], int] = defaultdict(int)
         while True:
@@ -362,7 +367,7 @@ def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, prog
     runs = _run(source, spec, B, Sq, Sk, programs)
     tiles = _check_protocol(runs, params["stages"], params["BM"], params["BN"], spec.heads // spec.kv_heads)
     assert tiles == {(m, b, h) for m in range(nm) for b in range(B) for h in range(spec.heads)}
-    _check_progress(runs, bool(params.get("pingpong")))
+    _check_progress(runs)
 
 
 @pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup"])
@@ -419,11 +424,24 @@ def test_a_load_order_that_deadlocks_is_caught():
     q_copy = re.search(r"^ *# TL: Copy Q .*\n(?: *mbarrier\.(?:wait|expect)\(q_.*\n)+ *tma\.async_copy_global_to_shared\(q_desc.*\n", source, re.M)
     kv_loop = re.search(r"^( *)for j in range\(0, gl\.cdiv\(Sk, BN\)\):\n(?:\1 .*\n)+", source[q_copy.end():], re.M)
     late = source[:q_copy.start()] + source[q_copy.end():q_copy.end() + kv_loop.end()] + q_copy.group(0) + source[q_copy.end() + kv_loop.end():]
-    _check_progress(_run(source, spec, 2, 300, 900, 2), pingpong=True)
+    _check_progress(_run(source, spec, 2, 300, 900, 2))
     late_runs = _run(late, spec, 2, 300, 900, 2)
     _check_protocol(late_runs, params["stages"], params["BM"], params["BN"], 1)  # each role's own record is consistent
     with pytest.raises(AssertionError, match="deadlock"):
-        _check_progress(late_runs, pingpong=True)
+        _check_progress(late_runs)
+
+
+def test_a_first_turn_never_passed_is_a_deadlock():
+    """Ping-pong's turns are hardware named barriers: warpgroup 0 waits for its first turn until warpgroup 1 passes
+    it up front. Without that pass each waits for the other (on a GPU: a hang the verifier's deadline stops)."""
+    from attnforge.selftest.mutants import GLUON_MUTANTS
+
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1})
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_first_turn_never_passed"]
+    _check_progress(_run(source, spec, 1, 300, 500, 1))
+    with pytest.raises(AssertionError, match="deadlock"):
+        _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
 
 
 def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():

@@ -244,9 +244,12 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"mbarrier\.init\(kv_free\.index\(i\), count=\(1\) \* 2\)", "mbarrier.init(kv_free.index(i), count=1)",
            "a K/V slot is free after the first warpgroup's release: the load warp may refill it under the second"),
     Mutant("gluon_turns_not_taken", "hopper", "kernel",
-           r"^\s*mbarrier\.wait\(turn\.index\(WG\), turns & 1\)[^\n]*\n", "",
+           r"^\s*_take_turn\(WG\)[^\n]*\n", "",
            "the two warpgroups issue their GEMMs without taking turns", every=True,
            equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
+    Mutant("gluon_first_turn_never_passed", "hopper", "kernel",
+           r"^(\s*)if WG == 1:  # warpgroup 0 takes the first turn\n\s*_pass_turn\(WG\)\n", "",
+           "warpgroup 1 never passes the first turn: each warpgroup waits on its named barrier for the other (a hang)"),
     Mutant("gluon_softmax_max_units_mixed", "hopper_alibi", "kernel",
            r"P = gl\.exp2\(S \* 1\.4426950408889634 - gl\.expand_dims\(m_use, 1\)\)\n(\s*)alpha = gl\.exp2\(m_i - m_use\)"
            r"([\s\S]*?)\(m_i \+ gl\.log2\(l_i\)\) \* 0\.6931471805599453",

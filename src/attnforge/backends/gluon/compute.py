@@ -183,10 +183,29 @@ def _turn(m: Writer, indent: int, take: bool) -> None:
     if not m.hk.pingpong:
         return
     if take:
-        m.emit("mbarrier.wait(turn.index(WG), turns & 1)  # this warpgroup's turn to issue GEMMs", indent)
-        m.emit("turns += 1", indent)
+        m.emit("_take_turn(WG)  # this warpgroup's turn to issue GEMMs", indent)
     else:
-        m.emit("mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn", indent)
+        m.emit("_pass_turn(WG)  # the other warpgroup's turn", indent)
+
+
+# The ping-pong turn on two hardware named barriers, one per warpgroup (ids past the few Triton's partitions use).
+# A warpgroup takes its turn with bar.sync on its own; the other passes it with bar.arrive, each warp once it has issued
+# its GEMMs, without waiting (an mbarrier's one elected arrival needs the warpgroup's bar.sync first: measured on the
+# H200, bench/RESULTS.md 2026-12-02 run 9, 0.5-4% slower). Warpgroup 1 passes once up front: warpgroup 0 goes first.
+TURN_BARRIER = 14
+
+
+def turn_helpers(m: Writer) -> None:
+    """``_take_turn`` and ``_pass_turn`` (pingpong): one bar.sync / bar.arrive a thread of the warpgroup, on named
+    barrier TURN_BARRIER + the warpgroup taking the turn, which completes with both warpgroups' threads."""
+    threads = 2 * 32 * m.warps_per_set
+    for name, op, bar in (("_take_turn", "sync", "WG"), ("_pass_turn", "arrive", "1 - WG")):
+        m.emit("@gluon.jit")
+        m.emit(f"def {name}(WG: gl.constexpr):")
+        m.emit(f"one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])", 1)
+        m.emit(f'gl.inline_asm_elementwise("bar.{op} $1, {threads}; mov.u32 $0, 0;", "=r,r", '
+               f"[gl.full([32 * WG_WARPS], {TURN_BARRIER} + {bar}, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)", 1)
+        m.emit()
 
 
 def _softmax_call(at: str, rt: str) -> str:
@@ -253,7 +272,9 @@ def compute_fn(m: Writer) -> None:
     m.emit("row_o: gl.constexpr = gl.SliceLayout(1, o_layout)", 1)
     q_name = hk.loops[0].qk.a
     m.emit(f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
-    m.emit("turns = 0", 1)
+    if hk.pingpong:
+        m.emit("if WG == 1:  # warpgroup 0 takes the first turn", 1)
+        m.emit("_pass_turn(WG)", 2)
     if hk.persistent:
         m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
         m.emit("tiles = 0  # work tiles done: Q's barriers complete once per work tile", 1)

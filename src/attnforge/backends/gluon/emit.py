@@ -5,8 +5,8 @@ compute role is ``compute``'s; what both write with is ``writer``'s).
 Each TL statement becomes the Gluon code under a ``# TL:`` comment that quotes it. The load role is
 translated statement by statement. The compute role's tile loop is placed by the schedule
 parameters (``shape`` takes it apart): with ``pingpong`` its warps split into two warpgroups, each
-owning half of the BM rows, that take turns issuing GEMMs through a pair of "turn" barriers the
-translator adds; with ``overlap`` the next tile's QK^T GEMM is issued (at the TL's own wait, slot and
+owning half of the BM rows, that take turns issuing GEMMs through a pair of hardware named barriers
+(``compute.turn_helpers``); with ``overlap`` the next tile's QK^T GEMM is issued (at the TL's own wait, slot and
 phase for tile j + 1) before the softmax of tile j, and the PV GEMM of tile j runs under that softmax.
 
 A split-KV program (decode) is two kernels: the partial kernel in the Hopper form, translated as
@@ -27,7 +27,7 @@ from ..triton.exprs import ExprContext, host
 from ..triton.launcher import KernelInfo
 from ..triton.launcher import check_host_name
 from . import tcgen05
-from .compute import compute_fn, fused_factor, softmax_fn
+from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers
 from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
 from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
 
@@ -144,12 +144,6 @@ def _kernel_fn(m: Writer) -> None:
         else:
             m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
             m.emit(f"mbarrier.init({name}, count={count})", 1)
-    if hk.pingpong:
-        m.emit("# the ping-pong turn (pingpong = 1): warpgroup 0 issues its GEMMs first", 1)
-        m.emit("turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
-        m.emit("mbarrier.init(turn.index(0), count=1)", 1)
-        m.emit("mbarrier.init(turn.index(1), count=1)", 1)
-        m.emit("mbarrier.arrive(turn.index(0), count=1)", 1)
     if hk.persistent:
         m.emit("# persistent: Qs is given back once per work tile, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
         m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
@@ -358,6 +352,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         want = "k and v (the compute role copies Q)" if hk.q_load is not None else "q, k and v"
         _fail(hk.load, f"the load role copies {', '.join(sorted(tiles)) or 'nothing'} by TMA; it must copy {want}", file)
     softmax_fn(m, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
+    if hk.pingpong:
+        turn_helpers(m)
     (tcgen05.compute_fn if hk.blackwell else compute_fn)(m)
     m.emit("@gluon.jit")
     m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.role_args())}):")

@@ -49,6 +49,11 @@ class Writer:
 
     # ------------------------------------------------------------------ names and expressions
     @property
+    def warps_per_set(self) -> int:
+        """The warps of one compute warpgroup set (WG_WARPS): the compute role's, halved in ping-pong."""
+        return const(self, n.Binary("-", self.hk.compute.warp_stop, self.hk.compute.warp_start)) // (2 if self.hk.pingpong else 1)
+
+    @property
     def scalars(self) -> tuple[str, ...]:
         return self.hk.kernel.scalars
 
@@ -244,7 +249,7 @@ def const(m: Writer, e: n.Expr) -> int:
 
 
 def shared_args(hk: HopperKernel) -> list[str]:
-    """The shared buffers and barriers every role takes (and what the translator adds: the turns of
-    ping-pong, Q's slot given back in a persistent kernel, O's staging tile of an ostage kernel)."""
-    return [*hk.shared, *hk.barriers, *(["turn"] if hk.pingpong else []), *([Q_FREE_NAME] if hk.persistent else []),
+    """The shared buffers and barriers every role takes (and what the translator adds: Q's slot given back
+    in a persistent kernel, O's staging tile of an ostage kernel)."""
+    return [*hk.shared, *hk.barriers, *([Q_FREE_NAME] if hk.persistent else []),
             *([O_STAGE_NAME] if hk.o_staged else [])]
