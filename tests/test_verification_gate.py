@@ -237,3 +237,37 @@ def test_decode_shapes_take_every_kind_of_split_a_launch_can(heads, kv_heads):
     assert any(n == 1 and per > 1 for n, per in verified)  # one split over several tiles: the programs fill the SMs
     assert {n for n, _ in splits(interpret_shapes(spec, params), INTERPRETER_SM_COUNT)} >= {1, 2, 4}
     assert max(n for n, _ in splits(verification_shapes(spec, params, native=True), 132)) == 64
+
+
+def test_a_read_past_the_keys_that_the_mask_weights_by_zero_is_caught_in_every_head(tmp_path, capsys):
+    """The last V tile loaded whole (no row mask): the rows past Sk are multiplied by P = 0, so with inputs laid
+    out head after head they were another head's finite rows and no output changed (the blind spot of stop 23's
+    review). Verification's q, k and v sit inside NaN rows: the first head's output is wrong already."""
+    out = tmp_path / "k"
+    assert main(["generate", "--target", "a100", "--heads", "2", "--head-dim", "32", "--dtype", "fp16", "--window", "20,9",
+                 "--no-verify", "--out", str(out)]) == 3
+    module = out / "kernel_triton.py"
+    text = module.read_text()
+    unmasked = re.sub(r"(Vs = tl\.load\(V \+ .*), mask=\(Vs_rows < Sk\)\[:, None\], other=0\.0\)", r"\1)", text)
+    assert unmasked != text
+    module.write_text(unmasked)
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert re.search(r"O at b=0 h=0 row=\d+", said), said
+
+
+def test_verification_inputs_are_views_into_nan_rows_that_keep_a_contiguous_tensors_strides():
+    import torch
+
+    from attnforge.verify import CaseShape, _input_guards_intact, _tensor
+
+    for layout in ("bhsd", "bshd"):
+        shape = CaseShape(B=2, Hq=3, Hkv=3, Sq=37, Sk=53, layout=layout)
+        gen = torch.Generator("cpu").manual_seed(0)
+        view, buf = _tensor(gen, shape, 3, 53, 40, torch.float16, "cpu", guard=128)
+        assert tuple(view.shape) == (2, 3, 53, 40) and not torch.isnan(view).any()
+        assert all(s % 8 == 0 for s in view.stride()[:-1]) and view.stride(-1) == 1 and view.data_ptr() % 16 == 0
+        assert _input_guards_intact(buf, layout, 128, 53)
+        (buf.transpose(1, 2) if layout == "bshd" else buf)[1, 2, 128 + 53] = 0.0  # a write one row past a head's last
+        assert not _input_guards_intact(buf, layout, 128, 53)

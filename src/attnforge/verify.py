@@ -1,7 +1,8 @@
 """Verification: a generated kernel against the float64 reference, on fresh inputs per case.
 
 Each case draws new random inputs (the hot query rows of ``numerics`` scaled so their logits reach
-about +-1000: a kernel that exponentiates without subtracting the running max overflows there), poisons the
+about +-1000: a kernel that exponentiates without subtracting the running max overflows there) inside rows
+of NaN (a read past a head's rows, even one a mask then weights by 0, poisons its output), poisons the
 outputs with NaN (an element the kernel never writes fails), runs the kernel (natively on a GPU,
 in Triton's interpreter on a CPU), and compares O and the log-sum-exp with the reference computed
 in float64 from the same rounded inputs. Shapes cover odd lengths, tails of every tile, Sq < Sk
@@ -143,14 +144,29 @@ def _mma_format(spec: AttentionSpec) -> str:
     return "tf32" if spec.allow_tf32 else spec.dtype
 
 
-def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, hot: bool = False) -> torch.Tensor:
+def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, guard: int,
+            hot: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(an input in the case's layout, the buffer it is a view of): each head's ``seq`` rows sit between
+    ``guard`` rows of NaN before and at least as many after (BSHD: positions before and after, across the
+    heads). A kernel that reads rows outside the view -- a tile past Sk, or before a window's first key --
+    reads NaN, which survives a mask's -inf (0 * NaN is NaN in the PV GEMM) where another head's finite
+    rows would not show. The rows per head are a multiple of 16 and the view starts ``guard`` rows in
+    (a multiple of 16 rows): strides and alignment divide as a contiguous tensor's do, so the kernel
+    specialises and loads (TMA, 16-byte copies) as it does for one."""
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64, device=gen.device)
     if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
         scale_hot_rows(x)
-    x = x.to(dtype)
-    if shape.layout == "bshd":
-        return x.transpose(1, 2).contiguous().to(device).transpose(1, 2)
-    return x.to(device)
+    rows = guard + seq + guard + (-seq) % 16
+    bshd = shape.layout == "bshd"
+    buf = torch.full((shape.B, rows, heads, dim) if bshd else (shape.B, heads, rows, dim), math.nan, dtype=dtype, device=device)
+    view = (buf.transpose(1, 2) if bshd else buf)[:, :, guard:guard + seq]
+    view.copy_(x.to(dtype).to(device))
+    return view, buf
+
+
+def _input_guards_intact(buf: torch.Tensor, layout: str, guard: int, seq: int) -> bool:
+    rows = buf.transpose(1, 2) if layout == "bshd" else buf
+    return bool(torch.isnan(rows[:, :, :guard]).all() and torch.isnan(rows[:, :, guard + seq:]).all())
 
 
 # Outputs live inside larger buffers filled with CANARY: a kernel that writes past Sq rows or Dv
@@ -206,6 +222,8 @@ class _Launched:
     slopes: np.ndarray | None
     seconds: float
     crash: str | None = None
+    input_guards: tuple[tuple[torch.Tensor, int], ...] = ()  # q, k, v's buffers (NaN around the views) and their rows per head
+    guard_rows: int = 0
 
 
 def run_case(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, *, block_rows: int = 128) -> CaseResult:
@@ -220,11 +238,11 @@ def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, bl
     dtype = torch_dtype(spec.dtype)
     device = kernel.device
     gen = torch.Generator(device).manual_seed(seed)  # inputs drawn where the kernel runs: a GPU draws the large cases at once
-    q = _tensor(gen, shape, shape.Hq, shape.Sq, spec.head_dim, dtype, device, hot=True)
-    k = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim, dtype, device)
-    v = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim_v, dtype, device)
+    guard = max(16, next_pow2(block_rows))  # a whole query block: as deep as one tile can overrun
+    q, q_buf = _tensor(gen, shape, shape.Hq, shape.Sq, spec.head_dim, dtype, device, guard, hot=True)
+    k, k_buf = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim, dtype, device, guard)
+    v, v_buf = _tensor(gen, shape, shape.Hkv, shape.Sk, spec.head_dim_v, dtype, device, guard)
     inputs = [t.clone() for t in (q, k, v)]
-    guard = max(16, next_pow2(block_rows))
     o, o_buf, o_outside = _guarded(shape, (shape.B, shape.Hq, shape.Sq, spec.head_dim_v), dtype, device, guard)
     lse, lse_buf, lse_outside = _guarded(shape, (shape.B, shape.Hq, shape.Sq), torch.float32, device, guard)
     slopes = None
@@ -232,7 +250,8 @@ def _launch(kernel: Kernel, spec: AttentionSpec, shape: CaseShape, seed: int, bl
     if spec.alibi_slopes is not None:
         slopes = np.array(spec.alibi_slopes if shape.Hq == spec.heads else alibi_slopes_for(shape.Hq))
         args["alibi_slopes"] = torch.tensor(slopes, dtype=torch.float32, device=device)
-    launched = _Launched(shape, q, k, v, inputs, o, lse, (o_buf, o_outside, lse_buf, lse_outside), slopes, 0.0)
+    launched = _Launched(shape, q, k, v, inputs, o, lse, (o_buf, o_outside, lse_buf, lse_outside), slopes, 0.0,
+                         input_guards=((q_buf, shape.Sq), (k_buf, shape.Sk), (v_buf, shape.Sk)), guard_rows=guard)
     start = time.perf_counter()
     try:
         kernel.launch(q, k, v, o, lse, **args)
@@ -257,6 +276,8 @@ def _judge(spec: AttentionSpec, case: _Launched) -> CaseResult:
         problems.append("wrote outside o or lse (past Sq rows or Dv columns)")
     if not all(torch.equal(a, b) for a, b in zip(case.inputs, (q, k, v))):
         problems.append("changed its inputs q, k or v")
+    if not all(_input_guards_intact(buf, shape.layout, case.guard_rows, seq) for buf, seq in case.input_guards):
+        problems.append("wrote outside q, k or v (into the rows around them)")
     try:
         err_o, ref_norm, ref_lse, out_lse, score_err, row_err, bound = _float64_rows(spec, case, fmt, case.q.device)
     except torch.cuda.OutOfMemoryError:  # the GPU is full (a small GPU, other work): the same numbers on the host

@@ -151,6 +151,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "m_i_safe = m_i_new", "a row that has seen no key yet computes exp(-inf + inf) = NaN"),
     Mutant("o_strides_swapped", "window", "kernel", r"(O_rows\[:, None\] \* )stride_o2( \+ O_cols\[None, :\] \* )stride_o3", r"\1stride_o3\2stride_o2",
            "O is written transposed (its row and column strides swapped)"),
+    Mutant("v_tail_read_past_sk", "window", "kernel", r"(Vs = tl\.load\(V \+ .*), mask=\(Vs_rows < Sk\)\[:, None\], other=0\.0\)", r"\1)",
+           "the last V tile is read whole: rows past Sk (another head's, or past the tensor) weighted by P = 0"),
     Mutant("rows_past_sq_written", "window", "kernel", r"tl\.store\(O \+ (.*), mask=\(O_rows < Sq\)\[:, None\]\)", r"tl.store(O + \1)",
            "the O store is not masked at Sq: rows past the end are written"),
     Mutant("last_16_rows_dropped", "causal", "kernel", r"mask=\(O_rows < Sq\)\[:, None\]\)", "mask=(O_rows < Sq - 16)[:, None])",
