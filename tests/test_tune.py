@@ -225,3 +225,48 @@ def test_native_times_are_taken_on_the_call_path_users_run(monkeypatch):
         calls.clear()
         assert search._time(kernel, (q, q, q), spec, native=True) == 1.0
         assert calls == [("checked", True), ("fast",), ("fast",), ("fast",)]
+
+
+def test_a_lookup_parses_a_database_file_once_and_again_once_it_is_rewritten(_db, monkeypatch):
+    """A lookup indexes each file by its signature (mtime, size, inode): calls in a hot path (auto's choice and the cache
+    key of every torch.compile'd call) do not parse ~1 MB of JSON each time; record's rewrite is seen at once."""
+    parsed = []
+    real_read = database.read
+    monkeypatch.setattr(database, "read", lambda path: parsed.append(path) or real_read(path))
+    entry = database.Entry(target="a100", backend="triton", spec=database.spec_key(SPEC), seq=database.seq_bucket(SPEC),
+                           params=dict(BM=32, BN=32, warps=4, stages=2), ms=1.0, planner_ms=None, device="test", shape="-", measured="-",
+                           kind="prefill")
+    database.record(entry)
+    parsed.clear()  # (record reads the file it rewrites)
+    for _ in range(3):
+        found = database.lookup(SPEC, "a100", "triton", paths=(_db,))
+    assert found.params == entry.params and parsed.count(_db) == 1
+    found.params["BM"] = 64  # a copy: the index is not changed through it
+    assert database.lookup(SPEC, "a100", "triton", paths=(_db,)).params["BM"] == 32
+    database.record(database.Entry(**{**entry.__dict__, "params": dict(BM=16, BN=32, warps=4, stages=2)}))
+    parsed.clear()
+    assert database.lookup(SPEC, "a100", "triton", paths=(_db,)).params["BM"] == 16 and parsed.count(_db) == 1
+
+
+def test_kernel_for_chooses_and_keys_a_spec_once_per_process(monkeypatch):
+    """torch.compile's graphs call kernel_for at every call: auto's choice and the entry key (which read the tuning
+    database and plan the first choice) are worked out at the first call only."""
+    from attnforge import api
+
+    calls = []
+
+    class Chosen:
+        name = "fake"
+
+        def load(self, path, interpret):
+            return ("kernel", path)
+
+    monkeypatch.setattr(api, "_resolved", {})
+    monkeypatch.setattr(api, "_loaded", {})
+    monkeypatch.setattr(api, "choose_backend", lambda name, spec, target: calls.append("choose") or Chosen())
+    monkeypatch.setattr(api, "entry_key", lambda spec, target, **kw: calls.append("key") or "k")
+    monkeypatch.setattr(api, "build_or_load", lambda spec, target, **kw: "path")
+    first = api.kernel_for(SPEC, torch.device("cpu"))
+    assert api.kernel_for(SPEC, torch.device("cpu")) is first and calls == ["choose", "key"]
+    api.kernel_for(AttentionSpec(heads=2, kv_heads=1, head_dim=16, dtype="fp16"), torch.device("cpu"))
+    assert calls == ["choose", "key"] * 2

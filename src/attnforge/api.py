@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import torch
 
 from .abi import new_outputs
-from .backends import Kernel, backend_for_directory, choose_backend, get_backend, names
+from .backends import Backend, Kernel, backend_for_directory, choose_backend, get_backend, names
 from .cache import build_or_load, entry_key
 from .dtypes import KERNEL_DTYPES, torch_dtype
 from .errors import AttnforgeError
@@ -74,12 +74,27 @@ def tma_compatible(*tensors: torch.Tensor) -> bool:
     return all(tma_can_read(t.stride(), t.element_size(), t.data_ptr()) for t in tensors)
 
 
+# (spec, target, backend asked for, tma, interpret) -> (the backend chosen, _loaded's key): the choice and the
+# cache key are worked out once per process (auto's choice and the key read the tuning database and plan the
+# first choice: ~8 ms, which a torch.compile'd graph, calling kernel_for at each call, paid every call)
+_resolved: dict[tuple, tuple[Backend, tuple[str, str, bool]]] = {}
+
+
 def kernel_for(spec: AttentionSpec, device: torch.device, *, backend: str = "auto", tma: bool = True) -> Kernel:
-    """The cached (built on first use) kernel for ``spec`` on ``device``."""
+    """The cached (built on first use) kernel for ``spec`` on ``device``. The backend and the kernel chosen for a
+    spec stay this process's choice (as attention()'s dispatch cache keeps them): a tuning database written since
+    is read by the next process."""
     target = _target_for(device)
-    chosen = choose_backend(backend, spec, target)
     interpret = device.type != "cuda"
-    key = (entry_key(spec, target, backend=chosen, tma=tma), target.name, interpret)
+    memo = (spec, target.name, backend, tma, interpret)
+    resolved = _resolved.get(memo)
+    if resolved is None:
+        chosen = choose_backend(backend, spec, target)
+        resolved = chosen, (entry_key(spec, target, backend=chosen, tma=tma), target.name, interpret)
+        if len(_resolved) >= _DISPATCH_LIMIT:
+            _resolved.clear()
+        _resolved[memo] = resolved
+    chosen, key = resolved
     if key not in _loaded:
         # by name, so that the entry's report says which backend auto chose and why
         _loaded[key] = chosen.load(build_or_load(spec, target, backend=backend, tma=tma), interpret=interpret)

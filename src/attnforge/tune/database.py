@@ -10,6 +10,7 @@ includes them, so a new tuning result builds a new kernel instead of reusing the
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -92,14 +93,35 @@ def read(path: Path) -> list[Entry]:
         return []
 
 
+# path -> (the file's (mtime, size, inode), its entries by (target, backend, spec, seq)): a lookup parses a file
+# once, not at each call (the shipped file is ~1 MB of JSON, ~2 ms to parse); a rewrite (record's rename: a
+# new inode) or any edit changes the signature and the file is read again
+_indexes: dict[Path, tuple[tuple[int, int, int], dict[tuple[str, str, str, str], Entry]]] = {}
+
+
+def _index(path: Path) -> dict[tuple[str, str, str, str], Entry]:
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _indexes.get(path)
+    if cached is None or cached[0] != signature:
+        index: dict[tuple[str, str, str, str], Entry] = {}
+        for entry in read(path):
+            index.setdefault((entry.target, entry.backend, entry.spec, entry.seq), entry)  # (the first, as a scan finds)
+        cached = _indexes[path] = (signature, index)
+    return cached[1]
+
+
 def lookup(spec: AttentionSpec, target: str, backend: str, *, paths: tuple[Path, ...] | None = None) -> Entry | None:
     """The entry for this spec's bucket on ``target`` from ``backend``: the user's first, then the
-    shipped one; None when neither has it."""
-    key, seq = spec_key(spec), seq_bucket(spec)
+    shipped one; None when neither has it. (A copy: the caller may change it.)"""
+    key = (target, backend, spec_key(spec), seq_bucket(spec))
     for path in paths if paths is not None else (user_path(), SHIPPED):
-        for entry in read(path):
-            if (entry.target, entry.backend, entry.spec, entry.seq) == (target, backend, key, seq):
-                return entry
+        entry = _index(Path(path)).get(key)
+        if entry is not None:
+            return copy.deepcopy(entry)
     return None
 
 
