@@ -8,8 +8,9 @@ Usage (on an H100/H200 from the repository root, .gpu_deps carried):
 Each NAME=DIR[:VARIANT+VARIANT...] is an ``attnforge generate --backend gluon`` output directory of a kernel without a mask
 (its kernel_gluon.py); the variants rewrite the module (experiments for the emitter, not its output):
 ``double_q`` the persistent Q buffer into two slots (Q of the next work tile loads while this one's last
-GEMMs run), ``no_o_store`` (a diagnostic, timed only) O not written at all, ``named_turns`` the ping-pong turn on
-hardware named barriers (bar.sync / bar.arrive) instead of an mbarrier pair. Run 7's ``tma_store`` and ``qs_store``
+GEMMs run), ``no_o_store`` (a diagnostic, timed only) O not written at all. Run 9's ``named_turns`` (the ping-pong
+turn on hardware named barriers) is what the emitter writes now (the tool as run 9 ran it, on kernels of 4c96def:
+git show 2e9990f:bench/gluon_tile_overhead.py). Run 7's ``tma_store`` and ``qs_store``
 (bench/RESULTS.md) are the emitter's ``ostage = 1`` and ``2`` now (docs/TL.md section 11.5), which the planner writes:
 generate the kernels with and without them instead (the rewrites as run are in git at f484df2).
 """
@@ -45,32 +46,18 @@ _DOUBLE_Q = [  # (old, new): the one persistent Q slot becomes two, indexed by t
 
 _O_STORE = "        gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)\n"
 
-# The ping-pong turn on two hardware named barriers (ids 14 and 15; Triton's partitions use the low ids) instead of an
-# mbarrier pair: each warp arrives by itself once it has issued (bar.arrive does not wait), where the mbarrier's one
-# elected arrival needs the warpgroup's bar.sync first; warpgroup 1 arrives once up front so that warpgroup 0 goes first.
-_ONE_A_THREAD = "gl.full([32 * WG_WARPS], {id}, gl.int32, gl.BlockedLayout([1], [32], [WG_WARPS], [0]))"
-_NAMED = 'gl.inline_asm_elementwise("bar.{op} $1, 256; mov.u32 $0, 0;", "=r,r", [' + _ONE_A_THREAD + '], dtype=gl.int32, is_pure=False, pack=1)'
-_NAMED_TURNS = [
-    ("mbarrier.wait(turn.index(WG), turns & 1)  # this warpgroup's turn to issue GEMMs", _NAMED.format(op="sync", id="14 + WG"), "all"),
-    ("mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn", _NAMED.format(op="arrive", id="15 - WG"), "all"),
-    ("    mbarrier.arrive(turn.index(0), count=1)\n", ""),
-    ("    turns = 0\n", "    turns = 0\n    if WG == 1:  # warpgroup 0 takes the first turn\n        " + _NAMED.format(op="arrive", id="14") + "\n"),
-]
-
 VARIANTS = {
     "double_q": _DOUBLE_Q,
     "no_o_store": [(_O_STORE, "")],  # a diagnostic: O never written (timed only, not checked)
-    "named_turns": _NAMED_TURNS,
 }
 
 
 def rewrite(text: str, variant: str) -> str:
     if variant not in VARIANTS:
         raise SystemExit(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    for old, new, *times in VARIANTS[variant]:  # (a third item "all": every occurrence, at least one)
-        count = text.count(old)
-        if count != 1 and not (times == ["all"] and count):
-            raise SystemExit(f"{variant}: {old!r} occurs {count} times, not {'at least ' if times else ''}once")
+    for old, new in VARIANTS[variant]:
+        if text.count(old) != 1:
+            raise SystemExit(f"{variant}: {old!r} occurs {text.count(old)} times, not once")
         text = text.replace(old, new)
     return text
 

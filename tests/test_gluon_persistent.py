@@ -197,7 +197,7 @@ def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: i
                     args[p] = ANY
                 elif p.startswith(("so_", "sl_", "sq_")) or p == "sa":
                     args[p] = 1
-                else:  # shared tiles, rings and barriers (the translator's turn and q_free too)
+                else:  # shared tiles, rings and barriers (the translator's q_free too)
                     args[p] = _Slot(p, None, rec.events)
             if role == "compute1" and "_take_turn(WG)" not in source:
                 continue  # no ping-pong: one compute warpgroup set
@@ -294,6 +294,9 @@ def _check_progress(runs: dict) -> None:
                         waits_made[(role, bar, slot)] += 1
                     elif e[0] == "arrive":
                         arrivals[(e[1], e[2])] += 1
+                        if e[1] == "turn":  # a named barrier banks no second pass: passed twice untaken, the next take hangs
+                            taken = sum(n for (_, bar, slot), n in waits_made.items() if (bar, slot) == ("turn", e[2]))
+                            assert arrivals[("turn", e[2])] - taken <= 1, f"program {pid}: {role} passes turn {e[2]} twice before it is taken"
                     elif e[0] == "copy":
                         arrivals[(e[4], e[5])] += 1
                     at[role] += 1
@@ -442,6 +445,17 @@ def test_a_first_turn_never_passed_is_a_deadlock():
     _check_progress(_run(source, spec, 1, 300, 500, 1))
     with pytest.raises(AssertionError, match="deadlock"):
         _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
+
+
+def test_a_turn_passed_twice_before_it_is_taken_is_caught():
+    """A hardware named barrier banks no second pass: warpgroup 1's up-front pass written twice completes warpgroup 0's
+    barrier without it, and a later take waits for a pass that was spent (on a GPU: a hang, or the turns out of step)."""
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1})
+    twice = re.sub(r"(# warpgroup 0 takes the first turn\n)(\s*_pass_turn\(WG\)\n)", r"\1\2\2", source, count=1)
+    assert twice != source
+    with pytest.raises(AssertionError, match="twice before it is taken"):
+        _check_progress(_run(twice, spec, 1, 300, 500, 1))
 
 
 def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster():

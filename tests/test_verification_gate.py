@@ -257,17 +257,20 @@ def test_a_read_past_the_keys_that_the_mask_weights_by_zero_is_caught_in_every_h
     assert re.search(r"O at b=0 h=0 row=\d+", said), said
 
 
-def test_verification_inputs_are_views_into_nan_rows_that_keep_a_contiguous_tensors_strides():
+@pytest.mark.parametrize("seq, dim", [(53, 40), (64, 64), (37, 72), (1, 128)])
+def test_verification_inputs_are_views_into_nan_rows_that_keep_a_contiguous_tensors_strides(seq, dim):
+    """Each stride equal to a contiguous tensor's modulo 16 (what Triton specialises on), the data 16-byte aligned."""
     import torch
 
     from attnforge.verify import CaseShape, _input_guards_intact, _tensor
 
     for layout in ("bhsd", "bshd"):
-        shape = CaseShape(B=2, Hq=3, Hkv=3, Sq=37, Sk=53, layout=layout)
+        shape = CaseShape(B=2, Hq=3, Hkv=3, Sq=seq, Sk=seq, layout=layout)
         gen = torch.Generator("cpu").manual_seed(0)
-        view, buf = _tensor(gen, shape, 3, 53, 40, torch.float16, "cpu", guard=128)
-        assert tuple(view.shape) == (2, 3, 53, 40) and not torch.isnan(view).any()
-        assert all(s % 8 == 0 for s in view.stride()[:-1]) and view.stride(-1) == 1 and view.data_ptr() % 16 == 0
-        assert _input_guards_intact(buf, layout, 128, 53)
-        (buf.transpose(1, 2) if layout == "bshd" else buf)[1, 2, 128 + 53] = 0.0  # a write one row past a head's last
-        assert not _input_guards_intact(buf, layout, 128, 53)
+        view, buf = _tensor(gen, shape, 3, seq, dim, torch.float16, "cpu", guard=128)
+        plain = torch.empty(2, 3, seq, dim) if layout == "bhsd" else torch.empty(2, seq, 3, dim).transpose(1, 2)
+        assert tuple(view.shape) == (2, 3, seq, dim) and not torch.isnan(view).any()
+        assert [s % 16 for s in view.stride()] == [s % 16 for s in plain.stride()] and view.data_ptr() % 16 == 0
+        assert _input_guards_intact(buf, layout, 128, seq)
+        (buf.transpose(1, 2) if layout == "bshd" else buf)[1, 2, 128 + seq] = 0.0  # a write one row past a head's last
+        assert not _input_guards_intact(buf, layout, 128, seq)

@@ -147,16 +147,17 @@ def _mma_format(spec: AttentionSpec) -> str:
 def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: int, dtype: torch.dtype, device: str, guard: int,
             hot: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(an input in the case's layout, the buffer it is a view of): each head's ``seq`` rows sit between
-    ``guard`` rows of NaN before and at least as many after (BSHD: positions before and after, across the
-    heads). A kernel that reads rows outside the view -- a tile past Sk, or before a window's first key --
-    reads NaN, which survives a mask's -inf (0 * NaN is NaN in the PV GEMM) where another head's finite
-    rows would not show. The rows per head are a multiple of 16 and the view starts ``guard`` rows in
-    (a multiple of 16 rows): strides and alignment divide as a contiguous tensor's do, so the kernel
-    specialises and loads (TMA, 16-byte copies) as it does for one."""
+    ``guard`` rows of NaN before and after (BSHD: positions before and after, across the heads). A kernel
+    that reads rows outside the view -- a tile past Sk, or before a window's first key -- reads NaN, which
+    survives a mask's -inf (0 * NaN is NaN in the PV GEMM) where another head's finite rows would not show.
+    ``guard`` is a multiple of 16 rows: every stride equals a contiguous tensor's modulo 16 and the data is as
+    aligned, so the kernel specialises (Triton's divisibility by 16) and loads (TMA, 16-byte copies) as it does
+    for a contiguous tensor of the same sizes."""
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64, device=gen.device)
     if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
         scale_hot_rows(x)
-    rows = guard + seq + guard + (-seq) % 16
+    assert guard % 16 == 0, guard
+    rows = guard + seq + guard
     bshd = shape.layout == "bshd"
     buf = torch.full((shape.B, rows, heads, dim) if bshd else (shape.B, heads, rows, dim), math.nan, dtype=dtype, device=device)
     view = (buf.transpose(1, 2) if bshd else buf)[:, :, guard:guard + seq]
