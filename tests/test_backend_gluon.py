@@ -86,7 +86,7 @@ def test_compiles_for_sm90a_with_the_hopper_instructions(spec, tmp_path):
         assert re.search(pattern, ptx), pattern
     # the roles and the ring are the TL's own
     for needle in ("# TL: role compute warps 0 : warps", "# TL: Allocate Ks in shared (BN, D) : qkv ring stages",
-                   "# TL: Wait k_ready[j % stages] phase j // stages % 2", "# TL: Arrive kv_free[j % stages]",
+                   "# TL: Wait k_ready[j % stages] phase j // stages % 2", "# TL: Arrive k_free[j % stages]", "# TL: Arrive v_free[j % stages]",
                    "gl.warp_specialize(", "warpgroup_mma(", "tma.async_copy_global_to_shared("):
         assert needle in source, needle
 
@@ -622,7 +622,7 @@ def test_the_same_tl_compiles_for_sm100a_with_tcgen05(spec, tmp_path):
     for pattern in (r"tcgen05\.mma", r"tcgen05\.ld", r"tcgen05\.st", r"tcgen05\.commit", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg"):
         assert re.search(pattern, ptx), pattern
     for needle in ("# TL: Compute GEMM Qs, Ks[", "tcgen05_mma(q_t, k_t, s_tmem", "# TL: Wait GEMM S", "# TL: Reshape P from mma_c to mma_a",
-                   "p_tmem.store(", "tcgen05_mma(p_tmem, v_t, o_tmem", "# TL: Arrive kv_free[", "ARCH = 'sm_100'"):
+                   "p_tmem.store(", "tcgen05_mma(p_tmem, v_t, o_tmem", "# TL: Arrive k_free[", "# TL: Arrive v_free[", "ARCH = 'sm_100'"):
         assert needle in source, needle
 
 

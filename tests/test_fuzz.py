@@ -93,7 +93,7 @@ NAMES = ["b", "h", "m", "j", "s", "B", "Hq", "Hkv", "Sq", "Sk", "D", "Dv", "BM",
          "window_left", "window_right", "q", "k", "v", "o", "lse", "alibi_slopes", "Q", "K", "V", "O", "LSE", "Qs", "Ks", "Vs", "Qr", "Kr",
          "Vr", "S", "P", "m_i", "l_i", "O_acc", "O_r", "lse_r", "q_idx", "kv_idx", "score", "qkv", "acc", "out", "fp16", "bf16", "fp32",
          "tf32", "fp8e4m3", "fp8e5m2", "fp64", "mma_a", "mma_b", "mma_c", "sm_90", "h100", "t4", "Multiply", "Add", "Exp", "RowMax",
-         "RowSum", "Maximum", "Neg", "cdiv", "min", "max", "where", "exp", "abs", "inf", "sigmoid", "k_ready", "kv_free", "compute", "load"]
+         "RowSum", "Maximum", "Neg", "cdiv", "min", "max", "where", "exp", "abs", "inf", "sigmoid", "k_ready", "k_free", "v_free", "compute", "load"]
 NUMBERS = ["0", "1", "2", "3", "16", "64", "128", "-1", "0.5", "1e3", "1e999", "1000000000000", "9" * 40, "1" * 120]
 PUNCT = ["(", ")", "[", "]", ",", ":", "=", "?", "+", "-", "*", "/", "//", "%", "<", "<=", ">", ">=", "==", "!=", "^T", "#", "\n",
          "\n", "\n", "\n    ", "\t", "$", "\x00", "\u2028", "é"]

@@ -264,23 +264,28 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
     return seen
 
 
-# barriers the load warp waits on: they start free, so the n-th wait passes once n phases have completed (the
-# first at once); the others (ready, the ping-pong turns) pass their n-th wait once n + 1 have
-_FREEING = frozenset({"kv_free", "q_free"})
-
-
 def _check_progress(runs: dict) -> None:
     """Play each program's recorded roles against each other as the barriers allow: a wait blocks
     until its phase has completed (a phase: the barrier's count of arrivals; a TMA copy's landing is
     its barrier's arrival, taken as immediate), and every role must run to its end. A reordering of
     the copies or waits that can deadlock (a role waiting for an arrival another role makes only
-    after it waits itself) stops here with the blocked waits."""
+    after it waits itself) stops here with the blocked waits. A role yields after each arrival, so the
+    load warp moves as soon as a slot is given back: a K/V slot refilled while a compute warpgroup's
+    GEMM reading its previous tile is still in flight (issued, not yet retired by a warpgroup_mma_wait)
+    is a race that stops here too."""
     for pid, roles in runs.items():
-        computes = sum(1 for r in roles if r != "load")
-        count = defaultdict(lambda: 1, {"kv_free": computes, "q_free": computes})
+        computes = [r for r in roles if r != "load"]
+        # the load warp waits on barriers that start free only (_check_protocol): the n-th wait passes once n phases
+        # have completed (the first at once), each phase one arrival per compute warpgroup set; the others (ready,
+        # the ping-pong turns) pass their n-th wait once n + 1 have
+        freeing = {e[1] for e in roles["load"] if e[0] == "wait"}
+        count = defaultdict(lambda: 1, dict.fromkeys(freeing, len(computes)))
         arrivals: dict[tuple[str, int | None], int] = defaultdict(int)  # (warpgroup 1 passes the first turn in its record)
         at = dict.fromkeys(roles, 0)
         waits_made: dict[tuple[str, str, int | None], int] = defaultdict(int)
+        fills: dict[tuple[str, int | None], int] = defaultdict(int)  # K/V ring slot -> copies into it so far
+        in_flight: dict[str, list[tuple[str, int | None]]] = {r: [] for r in computes}  # GEMMs issued, not yet retired
+        retired: dict[tuple[str, str, int | None], int] = defaultdict(int)  # (role, ring, slot) -> GEMM reads retired
         while True:
             moved = False
             for role, events in roles.items():
@@ -289,7 +294,7 @@ def _check_progress(runs: dict) -> None:
                     if e[0] == "wait":
                         _, bar, slot, _ = e
                         k = waits_made[(role, bar, slot)]
-                        if arrivals[(bar, slot)] // count[bar] < (k if bar in _FREEING else k + 1):
+                        if arrivals[(bar, slot)] // count[bar] < (k if bar in freeing else k + 1):
                             break
                         waits_made[(role, bar, slot)] += 1
                     elif e[0] == "arrive":
@@ -297,8 +302,25 @@ def _check_progress(runs: dict) -> None:
                         if e[1] == "turn":  # a named barrier banks no second pass: passed twice untaken, the next take hangs
                             taken = sum(n for (_, bar, slot), n in waits_made.items() if (bar, slot) == ("turn", e[2]))
                             assert arrivals[("turn", e[2])] - taken <= 1, f"program {pid}: {role} passes turn {e[2]} twice before it is taken"
+                        at[role] += 1
+                        moved = True
+                        break  # the others may move on this arrival before this role goes on
                     elif e[0] == "copy":
+                        ring, slot = e[1], e[2]
+                        if ring in ("Ks", "Vs"):
+                            for reader in computes:
+                                assert retired[(reader, ring, slot)] >= fills[(ring, slot)], (
+                                    f"program {pid}: the load warp refills {ring}[{slot}] while {reader}'s GEMM reading its "
+                                    f"tile #{fills[(ring, slot)]} there is still in flight")
+                            fills[(ring, slot)] += 1
                         arrivals[(e[4], e[5])] += 1
+                    elif e[0] == "gemm":
+                        in_flight[role].append((e[1], e[2]))
+                    elif e[0] == "mma_wait":  # at most e[1] GEMM groups left in flight, the newest; they retire in order
+                        keep = len(in_flight[role]) - min(e[1], len(in_flight[role]))
+                        for ring, slot in in_flight[role][:keep]:
+                            retired[(role, ring, slot)] += 1
+                        in_flight[role] = in_flight[role][keep:]
                     at[role] += 1
                     moved = True
             if all(at[r] == len(ev) for r, ev in roles.items()):
@@ -353,6 +375,7 @@ SPECS = {
     "window-gqa": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", window_left=200, window_right=0), FIRST),
     "d256-plain": (AttentionSpec(heads=2, kv_heads=1, head_dim=256, dtype="bf16", causal=True),
                    dict(BM=128, BN=64, warps=8, stages=2, pingpong=1)),
+    "d256-overlap": (AttentionSpec(heads=2, kv_heads=2, head_dim=256, dtype="fp16"), dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1)),
     "no-schedules": (AttentionSpec(heads=2, kv_heads=2, head_dim=64, dtype="bf16", causal=True), dict(BM=128, BN=64, warps=8, stages=2)),
 }
 
@@ -432,6 +455,21 @@ def test_a_load_order_that_deadlocks_is_caught():
     _check_protocol(late_runs, params["stages"], params["BM"], params["BN"], 1)  # each role's own record is consistent
     with pytest.raises(AssertionError, match="deadlock"):
         _check_progress(late_runs)
+
+
+@pytest.mark.parametrize("overlap", [0, 1])
+def test_a_k_slot_given_back_before_its_gemm_is_done_is_caught(overlap):
+    """K's slot given back (k_free) before the warpgroup_mma_wait that retires the QK^T GEMM reading it: the load warp
+    may refill the slot under the GEMM. A GPU run rarely shows it (the TMA copy lands after the GEMM has read); the
+    replay, where the load warp moves at each arrival, does."""
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1, "overlap": overlap})
+    early = re.sub(r"^( *)(S, _, _ = warpgroup_mma_wait\(.*\n)( *# TL: Arrive k_free.*\n)( *mbarrier\.arrive\(k_free\.index\(.*\n)", r"\3\4\1\2",
+                   source, flags=re.M)
+    assert early.count("mbarrier.arrive(k_free") == source.count("mbarrier.arrive(k_free") == (2 if overlap else 1) and early != source
+    _check_progress(_run(source, spec, 2, 300, 900, 2))
+    with pytest.raises(AssertionError, match="refills Ks"):
+        _check_progress(_run(early, spec, 2, 300, 900, 2))
 
 
 def test_a_first_turn_never_passed_is_a_deadlock():
@@ -547,7 +585,7 @@ def _edit(spec: AttentionSpec, old: str, new: str, params: dict[str, int] | None
 @pytest.mark.parametrize("old, new, words", [
     ("Wait k_ready[j % stages] phase (j // stages) % 2\n        Compute GEMM Qs, Ks[j % stages]^T",
      "Wait k_ready[(j + 1) % stages] phase (j // stages) % 2\n        Compute GEMM Qs, Ks[j % stages]^T", "ring index must be the tile's position"),
-    ("for j = 0 : cdiv(Sk, BN)\n        Wait kv_free", "for j = 0 : cdiv(Sk, BN) - 1\n        Wait kv_free", "walk the compute role's tiles"),
+    ("for j = 0 : cdiv(Sk, BN)\n        Wait k_free", "for j = 0 : cdiv(Sk, BN) - 1\n        Wait k_free", "walk the compute role's tiles"),
     ("target sm_90", "target sm_100", "sm_90 prefill kernel only"),
 ])
 def test_a_persistent_program_the_translator_cannot_carry_over_is_refused(old, new, words):

@@ -106,9 +106,10 @@ def _target(target: Target | str) -> Target:
 HOPPER_FORM_RULES = """- Write the Hopper form (the manual's section 11): the gluon backend translates it, and only in the
   shape of `hopper_gqa_causal_fwd.tl` above. Two roles: `compute` on warps `0 : warps`, then `load`
   on warps `warps : warps + 1` with `regs 24`; K and V in rings of `stages` slots filled by async
-  TMA copies that signal `k_ready`/`v_ready`, given back with `Arrive kv_free`; the compute loop's
-  statements in that program's order (Wait, async QK^T GEMM, Wait GEMM, scores, OnlineSoftmax,
-  Cast, Reshape, Wait, async PV GEMM, Wait GEMM, Arrive), at most two loops (tiles seen whole,
+  TMA copies that signal `k_ready`/`v_ready`, given back with `Arrive k_free` (after QK^T) and
+  `Arrive v_free` (after PV); the compute loop's statements in that program's order (Wait, async
+  QK^T GEMM, Wait GEMM, Arrive, scores, OnlineSoftmax, Cast, Reshape, Wait, async PV GEMM, Wait
+  GEMM, Arrive), at most two loops (tiles seen whole,
   then masked ones); the epilogue Normalize, LogSumExp and the two stores. Features (masks, score
   modifiers) use the statements of the portable examples inside that loop."""
 

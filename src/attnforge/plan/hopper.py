@@ -1,7 +1,7 @@
 """The built-in planner's Hopper form (sm_90, and sm_100 without the schedules): the same attention as ``builtin``'s prefill program,
 written for a warp-specialised kernel. A load role streams K and V by TMA into a ring of ``stages``
-shared-memory slots, each slot guarded by a "ready" barrier per tensor (the copy landed) and one
-"free" barrier (the compute warpgroups are done with it); the compute role issues asynchronous GEMMs
+shared-memory slots, each slot guarded by a "ready" barrier per tensor (the copy landed) and a
+"free" barrier per tensor (the compute warpgroups' GEMMs are done reading it); the compute role issues asynchronous GEMMs
 straight from shared memory and runs the online softmax on the accumulators.
 
 Two schedule parameters say how the compute role's time overlaps (the interpreter ignores them;
@@ -26,11 +26,12 @@ from .builtin import (EPILOGUE, Candidate, Plan, checked_plans, combine_kernel, 
                       packs_gqa, score_mods, split_kv_layout, split_reason, visible_tiles)
 
 # Measured on the H200 (bench/RESULTS.md, 2026-12-01): the best schedule per head dim on the
-# 4k-token rows, with the ring as deep as shared memory allows at that tile.
+# 4k-token rows, with the ring as deep as shared memory allows at that tile. At D = 256 the overlap
+# needs K's slot given back apart from V's (2026-12-02 run 10: +6-10% against the same tile without it).
 _FIRST = {
     64: dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1),
     128: dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1),
-    256: dict(BM=128, BN=64, warps=8, stages=2, pingpong=1),
+    256: dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1),
 }
 
 
@@ -133,6 +134,7 @@ def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, pa
             f"        Wait k_ready[{slot}] phase {full}",
             f"        Compute GEMM Qs, Ks[{slot}]^T and get S async",
             "        Wait GEMM S",
+            f"        Arrive k_free[{slot}]",
             "        Compute Multiply S, scale"]
     body += [f"        Compute ScoreMod S with {m}" for m in score_mods(spec, packed)]
     if masked:
@@ -143,7 +145,7 @@ def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, pa
              f"        Wait v_ready[{slot}] phase {full}",
              f"        Compute GEMM P, Vs[{slot}] and accumulate O_acc async",
              "        Wait GEMM O_acc",
-             f"        Arrive kv_free[{slot}]",
+             f"        Arrive v_free[{slot}]",
              "    end"]
     return body
 
@@ -154,7 +156,7 @@ def hopper_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
     full = full_tiles(spec)
     lines = [f"# Forward attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner (Hopper form).",
              "# A load warp streams K and V by TMA into a ring of `stages` shared-memory slots; the compute warpgroups",
-             "# wait for a slot, run both GEMMs from shared memory asynchronously and give the slot back.",
+             "# wait for a slot, run both GEMMs from shared memory asynchronously and give K's slot back after QK^T, V's after PV.",
              # a schedule switch that is off is left out (parameters are positive)
              *kernel_header("attn_fwd", spec, target, {k: v for k, v in params.items() if v}), "grid m : cdiv(Sq, BM), b : B, h : Hq", "",
              *global_views("o[b, h]", "lse[b, h]"),
@@ -172,7 +174,11 @@ def hopper_source(spec: AttentionSpec, target: Target, params: dict[str, int]) -
 
 
 _KV_RINGS = ["Allocate Ks in shared (BN, D) : qkv ring stages", "Allocate Vs in shared (BN, Dv) : qkv ring stages"]
-_KV_BARRIERS = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)", "Allocate kv_free in barrier (stages)"]
+# K's slot and V's are given back apart: K's once the QK^T GEMMs reading it are done, so that the load warp refills it
+# while the tile's softmax and PV GEMM run. Measured on the H200 (bench/RESULTS.md, 2026-12-02 run 10): with one
+# barrier for both, a 2-slot ring starved FlashAttention-3's overlap at D = 256 (0.76-0.78x cuDNN); apart, 0.98-1.01x.
+_KV_BARRIERS = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)",
+                "Allocate k_free in barrier (stages)", "Allocate v_free in barrier (stages)"]
 _ROW_STATE = ["    Allocate m_i in register (BM) : acc = -inf",
               "    Allocate l_i in register (BM) : acc = 0",
               "    Allocate O_acc in register (BM, Dv) : acc = 0"]
@@ -180,13 +186,14 @@ _ROW_STATE = ["    Allocate m_i in register (BM) : acc = -inf",
 
 def _load_role(first: str, last: str, q_async: bool) -> list[str]:
     """The load warp: Q once by TMA (``q_async``; else the compute role gathers it), then K and V
-    of tiles ``first`` .. ``last`` - 1 into the ring, each slot refilled once it is given back."""
+    of tiles ``first`` .. ``last`` - 1 into their rings, each slot refilled once it is given back."""
     slot, _, free = _ring("j", first)
     return ["role load warps warps : warps + 1 regs 24",
             *(["    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready"] if q_async else []),
             f"    for j = {first} : {last}",
-            f"        Wait kv_free[{slot}] phase {free}",
+            f"        Wait k_free[{slot}] phase {free}",
             f"        Copy K (BN, D) at [j, 0] from global to shared Ks[{slot}] async k_ready[{slot}]",
+            f"        Wait v_free[{slot}] phase {free}",
             f"        Copy V (BN, Dv) at [j, 0] from global to shared Vs[{slot}] async v_ready[{slot}]",
             "    end",
             "end"]

@@ -173,10 +173,22 @@ def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     m.emit("acc = warpgroup_mma(p, v_t, acc, is_async=True)", indent)
 
 
-def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
-    m.tl(t.release, indent)
-    ref = t.release.barrier
+def _arrive(m: Writer, t: TileLoop, release: n.Arrive, at: n.Expr, indent: int) -> None:
+    m.tl(release, indent)
+    ref = release.barrier
     m.emit(f"mbarrier.arrive({m.bar(n.BarrierRef(ref.name, m.ring_at(ref.index, t.loop.var, at) if ref.index is not None else None))}, count=1)", indent)
+
+
+def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+    """Tile ``at``'s slot given back after its PV GEMM (V's; K's too without the TL's ``k_release``)."""
+    _arrive(m, t, t.release, at, indent)
+
+
+def release_k(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+    """Tile ``at``'s K slot given back once its QK^T GEMM is done (where the TL gives K back on its own):
+    the load role refills it while the softmax and the PV GEMM of the tile run."""
+    if t.k_release is not None:
+        _arrive(m, t, t.k_release, at, indent)
 
 
 def _turn(m: Writer, indent: int, take: bool) -> None:
@@ -291,6 +303,7 @@ def compute_fn(m: Writer) -> None:
         _issue_qk(m, t, n.Name("lo"), 2)
         _turn(m, 2, take=False)
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+        release_k(m, t, n.Name("lo"), 2)
         m.emit(_softmax_call("lo", rt), 2)
         m.emit(f"for {j} in range(lo, hi - 1):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
         _wait_tile(m, t.k_wait, j, J1, 2)
@@ -299,7 +312,8 @@ def compute_fn(m: Writer) -> None:
         _issue_qk(m, t, J1, 2)
         _issue_pv(m, t, J, 2)
         _turn(m, 2, take=False)
-        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))", 2)
+        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
+        release_k(m, t, J1, 2)
         m.emit(_softmax_call(f"{j} + 1", rt), 2)
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, J, 2)
@@ -321,6 +335,7 @@ def compute_fn(m: Writer) -> None:
         _turn(m, 2, take=False)
         m.tl(n.WaitGemm(t.qk.out), 2)
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+        release_k(m, t, J, 2)
         m.emit(_softmax_call(j, rt), 2)
         m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
         _wait_tile(m, t.v_wait, j, J, 2)

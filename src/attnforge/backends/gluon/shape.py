@@ -13,6 +13,7 @@ role's TMA copy, and stores into its scratch (section 11.7).
         Wait K_READY[slot] phase p
         Compute GEMM Qs, Ks[slot]^T and get S async
         Wait GEMM S
+        [Arrive K_FREE[slot]]
         (Compute Multiply S, scale | Compute ScoreMod S with e)*
         [Compute Mask S keep e]
         Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P
@@ -23,6 +24,9 @@ role's TMA copy, and stores into its scratch (section 11.7).
         Wait GEMM O_acc
         Arrive FREE[slot]
     end
+
+With ``Arrive K_FREE[slot]`` K's slot goes back once the QK^T GEMM has read it (the load role waits
+for it before refilling the K slot) and ``FREE`` is V's alone; without it, ``FREE`` gives back both.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ class TileLoop:
     p_reshape: n.Reshape
     v_wait: n.Wait
     pv: n.Gemm
-    release: n.Arrive
+    release: n.Arrive  # the slot given back after the PV GEMM: V's (K's too where k_release is None)
+    k_release: n.Arrive | None = None  # K's slot given back after the QK^T GEMM
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,10 @@ def _tile_loop(loop: n.Loop, file: str | None) -> TileLoop:
     if w.name != qk.out:
         _fail(w, f"expected Wait GEMM {qk.out}", file)
     S = qk.out
+    k_release = r.take(n.Arrive, "the Arrive that gives K's slot back") if isinstance(r.peek(), n.Arrive) else None
+    if k_release is not None and k_release.barrier.index != qk.b_index:
+        _fail(k_release, f"the Arrive after Wait GEMM {S} gives back the K slot the GEMM read: its index must be "
+              f"{show_expr(qk.b_index)}, as in Ks[{show_expr(qk.b_index)}]", file)
     scores: list[n.Stmt] = []
     while isinstance(r.peek(), (n.Elementwise, n.ScoreMod)):
         s = r.take((n.Elementwise, n.ScoreMod), "a score statement")
@@ -191,7 +200,10 @@ def _tile_loop(loop: n.Loop, file: str | None) -> TileLoop:
     release = r.take(n.Arrive, "the Arrive that gives the slot back")
     if r.peek() is not None:
         _fail(r.peek(), "nothing may follow the Arrive in the compute loop", file)
-    return TileLoop(loop, k_wait, qk, tuple(scores), mask, softmax, cast, reshape, v_wait, pv, release)
+    if k_release is not None and k_release.barrier.name == release.barrier.name:
+        _fail(release, f"{release.barrier.name} is given back after both GEMMs: K's slot and V's need a barrier each "
+              "(the load role waits for each before refilling that tensor's slot)", file)
+    return TileLoop(loop, k_wait, qk, tuple(scores), mask, softmax, cast, reshape, v_wait, pv, release, k_release)
 
 
 def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
@@ -235,7 +247,7 @@ def read(kernel: n.Kernel, file: str | None = None) -> HopperKernel:
         a, b = loops
         if a.mask is not None or b.mask is None or a.loop.stop != b.loop.start:
             _fail(b.loop, "two tile loops must be the unmasked tiles, then the masked ones from where the first stops", file)
-        same = ("k_wait", "qk", "scores", "softmax", "p_cast", "p_reshape", "v_wait", "pv", "release")
+        same = ("k_wait", "qk", "k_release", "scores", "softmax", "p_cast", "p_reshape", "v_wait", "pv", "release")
         if any(getattr(a, f) != getattr(b, f) for f in same) or a.loop.var != b.loop.var:
             _fail(b.loop, "the masked tile loop must repeat the unmasked one, with a Mask added", file)
     hk = HopperKernel(kernel, params, views, shared, barriers, compute, load, tuple(state), q_wait, q_load, tuple(loops), r.rest())
@@ -320,7 +332,8 @@ def _check_persistent(hk: HopperKernel, file: str | None) -> None:
     ring_refs: list[tuple[n.Node, n.Expr | None, n.Loop]] = []
     for t in hk.loops:
         for s, e in ((t.k_wait, t.k_wait.barrier.index), (t.qk, t.qk.b_index), (t.v_wait, t.v_wait.barrier.index),
-                     (t.pv, t.pv.b_index), (t.release, t.release.barrier.index)):
+                     (t.pv, t.pv.b_index), (t.release, t.release.barrier.index),
+                     *(((t.k_release, t.k_release.barrier.index),) if t.k_release is not None else ())):
             ring_refs.append((s, e, t.loop))
     for s in n.walk(loops[0].body):
         if isinstance(s, n.Wait):

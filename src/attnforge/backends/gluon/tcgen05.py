@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ...tl import nodes as n
 from ...tl.printer import stmt as stmt_lines
-from .compute import _epilogue, _release, _softmax_call, _wait_tile, row_state, tile_bounds
+from .compute import _epilogue, _release, _softmax_call, _wait_tile, release_k, row_state, tile_bounds
 from .shape import _fail
 from .writer import Writer, shared_args
 
@@ -85,6 +85,7 @@ def compute_fn(m: Writer) -> None:
     m.emit(f"k_t = {t.qk.b}.index({m.dev(t.qk.b_index)}).reshape([BN, D]).permute((1, 0))", 2)
     m.emit("tcgen05_mma(q_t, k_t, s_tmem, use_acc=False, mbarriers=[mma_bar])", 2)
     _wait_mma(m, t.qk.out)
+    release_k(m, t, J, 2)
     m.emit("S = s_tmem.load(s_layout)", 2)
     m.emit(_softmax_call(j, rt), 2)
     m.emit("# (the softmax's rescale of O_acc, in tensor memory: no MMA reads O now, the last PV was waited for)", 2)
