@@ -39,7 +39,7 @@ def _persistent(spec: AttentionSpec, d: int, o_through_q: bool) -> bool:
     """Whether the first choice walks the work tiles persistently (sm_90; docs/TL.md section 11.5).
     Measured on the H200 against the same kernel launched one program per tile (bench/RESULTS.md,
     2026-12-01 run 5): faster without a mask whose bounds move with the row tile at D <= 128 (+1-9%)
-    and at D = 256 up to 1k keys (+4-6%; neutral at 4k); under a causal mask at D = 64 up to 4k keys
+    and at D = 256 up to 1k keys (+4-6% without the overlap, which it now has; neutral at 4k); under a causal mask at D = 64 up to 4k keys
     (+5-24%), slower at 16k keys and at D = 256 (a static share of unequal tiles), and at D = 128 it
     spilled (the compute warpgroups' registers were full). With O out through Q's tile (``o_through_q``: ``ostage = 2``)
     and the mask's key bounds folded per row, the causal D = 128 kernel spills no more; up to 1k keys it is then +3-4%
@@ -48,7 +48,23 @@ def _persistent(spec: AttentionSpec, d: int, o_through_q: bool) -> bool:
         return False
     if spec.causal:
         return d <= 64 and spec.seqlen_k <= 4096 or d == 128 and spec.seqlen_k <= 1024 and o_through_q
-    return d <= 128 or spec.seqlen_k <= 1024
+    # (At D = 256 the first choice overlaps the next QK^T with the softmax, and persistent it spills: 8 bytes, run 10.)
+    return d <= 128
+
+
+def _o_staged(spec: AttentionSpec) -> bool:
+    """Whether O goes out through a staging tile of its own and a TMA store (``ostage = 1``, docs/TL.md section 11.5).
+    At D = Dv = 64 it fits beside the 3-slot ring (bench/RESULTS.md, 2026-12-01 run 7: a work tile's fixed cost
+    2.1 -> 0.8 us, +15% at 1k tokens). At D = Dv = 128 the ring gives a slot up for it (K's slots given back after
+    QK^T keep a 2-slot ring fed; 2026-12-02 run 10, against the 3-slot ring storing O through Qs, without a mask:
+    +9% at 1k x 1k, +3-5% at 1k x 2-4k keys, +1% at 4k x 4k; a work tile's fixed cost 2.8 -> 1.5 us). Not measured
+    under a mask whose bounds move with the row tile, nor past 4k keys: those keep the earlier choice."""
+    if spec.is_decode or spec.head_dim != spec.head_dim_v:
+        return False
+    if spec.head_dim == 64:
+        return True
+    no_mask = not spec.causal and spec.window_left is None and spec.window_right is None
+    return spec.head_dim == 128 and no_mask and spec.seqlen_k <= 4096
 
 
 def _o_through_q(spec: AttentionSpec) -> bool:
@@ -90,17 +106,25 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         if _persistent(spec, d, _o_through_q(spec)):
             first["persistent"] = 1
             why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
-        # O through a staging tile and a TMA store (docs/TL.md section 11.5) at D = Dv = 64, where it was verified
-        # and timed on the H200 (bench/RESULTS.md, 2026-12-01 run 7: a work tile's fixed cost 2.1 -> 0.8 us, +15% at
-        # 1k tokens). The checker refuses the tile where it does not fit beside the ring; the next candidate has none.
-        # (At D = 128 and 256 the ring fills shared memory, and at D = 128 a 2-slot ring took 20% longer per key.)
-        if not spec.is_decode and spec.head_dim == spec.head_dim_v == 64:
+        # O through a staging tile and a TMA store (docs/TL.md section 11.5) where it was verified and timed faster
+        # (_o_staged; at D = 128 in place of a ring slot), else through Q's tile (_o_through_q). The checker refuses
+        # a tile that does not fit; the next candidates go back to the ring as measured without it.
+        if _o_staged(spec):
+            if spec.head_dim > 64:
+                first["stages"] = 2
             first["ostage"] = 1
-            why += ", O stored by TMA from a shared tile"
+            why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else "")
         elif _o_through_q(spec):
             first["ostage"] = 2
             why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
     out = [Candidate(first, why)]
+    if first.get("ostage") == 1 and first["stages"] != _FIRST[key]["stages"]:
+        first = {**first, "stages": _FIRST[key]["stages"]}
+        del first["ostage"]
+        if _o_through_q(spec):
+            first["ostage"] = 2
+        why = "the ring's third slot back" + (", O stored by TMA from Q's shared tile" if first.get("ostage") else "")
+        out.append(Candidate(dict(first), why))
     if first.get("ostage"):
         first = {k: v for k, v in first.items() if k != "ostage"}
         why = "O stored from registers (no staging tile in shared memory)"
