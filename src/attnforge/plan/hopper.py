@@ -152,13 +152,14 @@ def _ring(j: str, first: str) -> tuple[str, str, str]:
     return f"{t} % stages", f"({t} // stages) % 2", f"({t} // stages + 1) % 2"
 
 
-def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, packed: bool = False) -> list[str]:
+def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, packed: bool = False, k_apart: bool = True) -> list[str]:
+    """The compute role's loop over K/V tiles; ``k_apart``: K's slot given back after QK^T (``_KV_BARRIERS``)."""
     slot, full, _ = _ring("j", first)
     body = [f"    for j = {bounds}",
             f"        Wait k_ready[{slot}] phase {full}",
             f"        Compute GEMM Qs, Ks[{slot}]^T and get S async",
             "        Wait GEMM S",
-            f"        Arrive k_free[{slot}]",
+            *([f"        Arrive k_free[{slot}]"] if k_apart else []),
             "        Compute Multiply S, scale"]
     body += [f"        Compute ScoreMod S with {m}" for m in score_mods(spec, packed)]
     if masked:
@@ -169,7 +170,7 @@ def _compute_loop(spec: AttentionSpec, bounds: str, first: str, masked: bool, pa
              f"        Wait v_ready[{slot}] phase {full}",
              f"        Compute GEMM P, Vs[{slot}] and accumulate O_acc async",
              "        Wait GEMM O_acc",
-             f"        Arrive v_free[{slot}]",
+             f"        Arrive {'v_free' if k_apart else 'kv_free'}[{slot}]",
              "    end"]
     return body
 
@@ -201,23 +202,27 @@ _KV_RINGS = ["Allocate Ks in shared (BN, D) : qkv ring stages", "Allocate Vs in 
 # K's slot and V's are given back apart: K's once the QK^T GEMMs reading it are done, so that the load warp refills it
 # while the tile's softmax and PV GEMM run. Measured on the H200 (bench/RESULTS.md, 2026-12-02 run 10): with one
 # barrier for both, a 2-slot ring starved FlashAttention-3's overlap at D = 256 (0.76-0.78x cuDNN); apart, 0.98-1.01x.
+# Decode's partial kernel keeps one free barrier for both: measured on the H200 with K's given back apart (run 10), the
+# 32k-key decode row fell from 0.96x to 0.89x cuDNN's GB/s (the 4k-key one did not move); why was not looked into.
 _KV_BARRIERS = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)",
                 "Allocate k_free in barrier (stages)", "Allocate v_free in barrier (stages)"]
+_KV_BARRIERS_ONE_FREE = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)", "Allocate kv_free in barrier (stages)"]
 _ROW_STATE = ["    Allocate m_i in register (BM) : acc = -inf",
               "    Allocate l_i in register (BM) : acc = 0",
               "    Allocate O_acc in register (BM, Dv) : acc = 0"]
 
 
-def _load_role(first: str, last: str, q_async: bool) -> list[str]:
+def _load_role(first: str, last: str, q_async: bool, k_apart: bool = True) -> list[str]:
     """The load warp: Q once by TMA (``q_async``; else the compute role gathers it), then K and V
-    of tiles ``first`` .. ``last`` - 1 into their rings, each slot refilled once it is given back."""
+    of tiles ``first`` .. ``last`` - 1 into their rings, each slot refilled once it is given back
+    (``k_apart``: K's and V's slots each by their own barrier)."""
     slot, _, free = _ring("j", first)
     return ["role load warps warps : warps + 1 regs 24",
             *(["    Copy Q (BM, D) at [m, 0] from global to shared Qs async q_ready"] if q_async else []),
             f"    for j = {first} : {last}",
-            f"        Wait k_free[{slot}] phase {free}",
+            f"        Wait {'k_free' if k_apart else 'kv_free'}[{slot}] phase {free}",
             f"        Copy K (BN, D) at [j, 0] from global to shared Ks[{slot}] async k_ready[{slot}]",
-            f"        Wait v_free[{slot}] phase {free}",
+            *([f"        Wait v_free[{slot}] phase {free}"] if k_apart else []),
             f"        Copy V (BN, Dv) at [j, 0] from global to shared Vs[{slot}] async v_ready[{slot}]",
             "    end",
             "end"]
@@ -265,12 +270,12 @@ def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
              + (" Packed GQA: the rows are a K/V head's query heads x positions." if layout.packed else ""),
              *kernel_header("attn_decode_partial", spec, target, params, launch=layout.launch), layout.grid(rows_first=True), *layout.scratch, "",
              *global_views(layout.o_part, layout.lse_part, packed=layout.packed),
-             "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS, *_KV_BARRIERS,
+             "Allocate Qs in shared (BM, D) : qkv", *_KV_RINGS, *_KV_BARRIERS_ONE_FREE,
              "role compute warps 0 : warps", *_ROW_STATE,
              "    Copy Q (BM, D) at [m, 0] from global to shared Qs",  # a few rows (packed: gathered head by head): no TMA box
-             *_compute_loop(spec, f"{layout.lo} : {layout.hi}", layout.lo, masked=True, packed=layout.packed),
+             *_compute_loop(spec, f"{layout.lo} : {layout.hi}", layout.lo, masked=True, packed=layout.packed, k_apart=False),
              *(f"    {line}" for line in EPILOGUE), "end",
-             *_load_role(layout.lo, layout.hi, q_async=False),
+             *_load_role(layout.lo, layout.hi, q_async=False, k_apart=False),
              "", *combine_kernel(spec, target, params, layout)]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,7 @@
+export PYTHONPATH=$PWD/src:$PWD/.gpu_deps ATTNFORGE_CACHE=/tmp/afc PYTHONUNBUFFERED=1
+t0=$(date +%s)
+timeout 170 python3 bench/prewarm.py --backends gluon --jobs 14 > $OUT/prewarm.txt 2>&1; echo "prewarm rc $? $(( $(date +%s) - t0 )) s"; grep -ci "fail\|error" $OUT/prewarm.txt
+left=$(( 525 - ($(date +%s) - t0) ))
+BENCH_TIME_LIMIT=$left bash bench/bench_gpu.sh --no-png --providers sdpa-cudnn,attnforge-gluon --rounds 2 --rep-ms 40 > $OUT/bench_stdout.txt 2>&1; echo "bench rc $? $(( $(date +%s) - t0 )) s"
+cp $OUT/bench/bench.md $OUT/bench/bench.json $OUT/ 2>/dev/null; rm -rf $OUT/bench
+grep -iE "geomean|prefill|decode" $OUT/bench.md | head -12
