@@ -10,7 +10,8 @@ Each NAME=DIR[:VARIANT+VARIANT...] is an ``attnforge generate --backend gluon`` 
 ``double_q`` the persistent Q buffer into two slots (Q of the next work tile loads while this one's last
 GEMMs run), ``no_o_store`` (a diagnostic, timed only) O not written at all. Run 9's ``named_turns`` (the ping-pong
 turn on hardware named barriers) is what the emitter writes now (the tool as run 9 ran it, on kernels of 4c96def:
-git show 2e9990f:bench/gluon_tile_overhead.py). Run 7's ``tma_store`` and ``qs_store``
+git show 2e9990f:bench/gluon_tile_overhead.py), and so is run 10's ``split_free`` (K's ring slot given back after its
+QK^T GEMM on a barrier of its own: git show 0da2f28:bench/gluon_tile_overhead.py, on modules of bbf83f3). Run 7's ``tma_store`` and ``qs_store``
 (bench/RESULTS.md) are the emitter's ``ostage = 1`` and ``2`` now (docs/TL.md section 11.5), which the planner writes:
 generate the kernels with and without them instead (the rewrites as run are in git at f484df2).
 """
@@ -46,47 +47,15 @@ _DOUBLE_Q = [  # (old, new): the one persistent Q slot becomes two, indexed by t
 
 _O_STORE = "        gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < Sq)\n"
 
-
-def _split_free(text: str) -> str:
-    """K's slot given back as soon as the QK^T GEMMs reading it are done (a barrier ``k_free``), V's
-    (``kv_free``) after the PV GEMMs: the load warp refills a K slot while the PV GEMM of its tile is
-    still to come. Rewrites every compute and load loop of the module."""
-    import re
-
-    out, k_slot = [], None
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        pad = line[: len(line) - len(line.lstrip())]
-        if re.match(r"\s*def _(compute|load)\(", line) or line.lstrip().startswith(("(_compute, (", "(_load, (")):
-            line = line.replace("kv_free, ", "kv_free, k_free, ")
-        got = re.match(r"\s*k_t = Ks\.index\((.*)\)\.reshape\(", line)
-        if got:
-            k_slot = got.group(1)
-        if "mbarrier.wait(kv_free.index(" in line:  # the load warp: K's slot first, V's before V's copy
-            wait_v = line
-            line = line.replace("kv_free", "k_free")
-        if line.lstrip().startswith("mbarrier.expect(v_ready.index("):
-            out.append(wait_v)
-        out.append(line)
-        if "warpgroup_mma_wait(" in line and "deps=(S, q_t, k_t)" in line:
-            out.append(f"{pad}mbarrier.arrive(k_free.index({k_slot}), count=1)  # K's slot: its QK^T GEMMs are done\n")
-        if line.strip() == "mbarrier.init(kv_free.index(i), count=(1) * 2)":
-            out += [f"{pad[:-4]}k_free = gl.allocate_shared_memory(gl.int64, [stages, 1], mbarrier.MBarrierLayout())\n",
-                    f"{pad[:-4]}for i in gl.static_range(stages):\n", f"{pad}mbarrier.init(k_free.index(i), count=(1) * 2)\n"]
-    return "".join(out)
-
 VARIANTS = {
     "double_q": _DOUBLE_Q,
     "no_o_store": [(_O_STORE, "")],  # a diagnostic: O never written (timed only, not checked)
-    "split_free": _split_free,
 }
 
 
 def rewrite(text: str, variant: str) -> str:
     if variant not in VARIANTS:
         raise SystemExit(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-    if callable(VARIANTS[variant]):
-        return VARIANTS[variant](text)
     for old, new in VARIANTS[variant]:
         if text.count(old) != 1:
             raise SystemExit(f"{variant}: {old!r} occurs {text.count(old)} times, not once")

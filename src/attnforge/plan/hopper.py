@@ -204,9 +204,9 @@ _KV_RINGS = ["Allocate Ks in shared (BN, D) : qkv ring stages", "Allocate Vs in 
 # barrier for both, a 2-slot ring starved FlashAttention-3's overlap at D = 256 (0.76-0.78x cuDNN); apart, 0.98-1.01x.
 # Decode's partial kernel keeps one free barrier for both: measured on the H200 with K's given back apart (run 10), the
 # 32k-key decode row fell from 0.96x to 0.89x cuDNN's GB/s (the 4k-key one did not move); why was not looked into.
-_KV_BARRIERS = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)",
-                "Allocate k_free in barrier (stages)", "Allocate v_free in barrier (stages)"]
-_KV_BARRIERS_ONE_FREE = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)", "Allocate kv_free in barrier (stages)"]
+_KV_READY = ["Allocate k_ready in barrier (stages)", "Allocate v_ready in barrier (stages)"]
+_KV_BARRIERS = [*_KV_READY, "Allocate k_free in barrier (stages)", "Allocate v_free in barrier (stages)"]
+_KV_BARRIERS_ONE_FREE = [*_KV_READY, "Allocate kv_free in barrier (stages)"]
 _ROW_STATE = ["    Allocate m_i in register (BM) : acc = -inf",
               "    Allocate l_i in register (BM) : acc = 0",
               "    Allocate O_acc in register (BM, Dv) : acc = 0"]
