@@ -68,6 +68,32 @@ def resources(path: str) -> dict:
     return {"regs": int(m[1]), "stack": int(m[2]), "compile_s": round(secs, 1)}
 
 
+def row_case(row: tuple) -> tuple:
+    """A row's inputs on the GPU (seed 0), its scale, SDPA's math-backend output in fp32, its FLOPs, and SDPA's flash and cuDNN
+    backends as calls: (q, k, v, scale, ref, flops, {"flash": f, "cudnn": f})."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B, Hq, Hkv, S, D, causal, dtype = row
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    torch.manual_seed(0)
+    q = torch.randn(B, Hq, S, D, device="cuda", dtype=dt)
+    k = torch.randn(B, Hkv, S, D, device="cuda", dtype=dt)
+    v = torch.randn(B, Hkv, S, D, device="cuda", dtype=dt)
+    scale = 1 / math.sqrt(D)
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
+    flops = 4 * B * Hq * S * S * D / (2 if causal else 1)
+
+    def sdpa(backend):
+        def f():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
+        return f
+    return q, k, v, scale, ref, flops, {"flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -78,8 +104,6 @@ def main() -> None:
     args = ap.parse_args()
     given = [tuple(int(x) for x in c.split(",")) for c in args.cands or []]
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
     out = Path(args.out)
@@ -96,23 +120,7 @@ def main() -> None:
 
     results = []
     for r in args.rows:
-        B, Hq, Hkv, S, D, causal, dtype = ROWS[r]
-        dt = torch.bfloat16 if dtype == "bf16" else torch.float16
-        torch.manual_seed(0)
-        q = torch.randn(B, Hq, S, D, device="cuda", dtype=dt)
-        k = torch.randn(B, Hkv, S, D, device="cuda", dtype=dt)
-        v = torch.randn(B, Hkv, S, D, device="cuda", dtype=dt)
-        scale = 1 / math.sqrt(D)
-        with sdpa_kernel([SDPBackend.MATH]):
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
-        flops = 4 * B * Hq * S * S * D / (2 if causal else 1)
-
-        def sdpa(backend):
-            def f():
-                with sdpa_kernel([backend]):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=Hq != Hkv)
-            return f
-        provs = {"flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+        q, k, v, scale, ref, flops, provs = row_case(ROWS[r])
         names = []
         for (rr, row, cand, b), rs in zip(jobs, res):
             if rr != r:

@@ -69,7 +69,7 @@ def test_every_tl_line_is_a_comment_above_its_code():
     comments = [line.split("// TL: ", 1)[1] for line in src.splitlines() if "// TL: " in line]
     assert [s for s in stmts] == [c for c in comments]
     for needle in ("mma.sync.aligned.m16n8k16", "mma.sync.aligned.m16n8k8", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global",
-                   "af_quad_max", "#define AF_BF16 1", 'extern "C" __global__ void __launch_bounds__(256) attn_fwd('):
+                   "af_quad_max", "__any_sync(0xffffffffu, af_grow)", "#define AF_BF16 1", 'extern "C" __global__ void __launch_bounds__(128) attn_fwd('):
         assert needle in src
 
 
@@ -169,14 +169,16 @@ def test_pipeline_lint_and_cuda_mutants():
 
 
 def test_the_copy_softmax_and_normalize_mutants_apply_pass_the_lint_and_compile(tmp_path):
-    """Mutants of the walking-pointer copies, the softmax's FFMA form and Normalize's reciprocal: they
-    compile and pass the lint, so only verification on a GPU (gpucheck --phase mutants) can kill them."""
+    """Mutants of the walking-pointer copies, the softmax's folded scale and lazy rescale and Normalize's
+    reciprocal: they compile and pass the lint, so only verification on a GPU (gpucheck --phase mutants)
+    can kill them."""
     from attnforge.backends.cuda.compile import compile_for_target, lint
 
     spec, target = SPECS["causal"]
     src = _source(spec, target)
     by_name = {m.name: m for m in CUDA_MUTANTS}
-    texts = {name: by_name[name].apply(src) for name in ("cuda_copy_walks_a_row_short", "cuda_softmax_shift_in_natural_units",
+    texts = {name: by_name[name].apply(src) for name in ("cuda_copy_walks_a_row_short", "cuda_folded_scale_without_log2e",
+                                                        "cuda_lazy_rescale_keeps_the_row_sum", "cuda_lazy_rescale_votes_all", "cuda_v_tail_copy_unpredicated",
                                                         "cuda_normalize_reads_the_other_rows_sum")}
     assert "(long long)(32 - 1) * stride_k2" in texts["cuda_copy_walks_a_row_short"]  # D=32: 4 chunks a row, 32 rows a pass
     for name, text in texts.items():

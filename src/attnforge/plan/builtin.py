@@ -441,18 +441,18 @@ def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int]
     fragment from shared memory: a warp of two m16 row tiles feeds each fragment to twice the
     MMAs, which shared-memory bandwidth needs (measured on the H200, bench/RESULTS.md
     2026-12-01 run 6: 0.92x FlashAttention-2 at D=64 against 0.78x with one m16 tile a warp).
-    Past D=64 two row tiles a warp spill (their accumulators alone take 192 registers at D=128),
-    so eight warps of one row tile each, two stages (3-10% faster than three at D=128; at D=256
-    three do not fit); at D=128 a plain score (no mask, no modifier: nothing more to hold in
-    registers) takes BN=128, 4-7% faster than 64, where shared memory holds its two stages (170
-    KiB: Hopper). A masked score spills at BN=128, and so do some head dims below 120 (nvcc 13)."""
+    Up to D=128 the two row tiles' accumulators fit beside a score tile of BN=32 (BN=64 spills at
+    D=128: 192 registers of accumulators; the query tile then stays in shared memory), with 2
+    stages: measured 0.94-1.01x FlashAttention-2 on six D=128 rows against 0.75-0.85x for eight
+    warps of one row tile, and 1-2% ahead of 3 stages (2026-12-02 run 11). Past D=128 eight warps
+    of one row tile each, BN=64, two stages (three do not fit at D=256; BN=32 and 64-row blocks
+    measured slower)."""
     d = max(spec.head_dim, spec.head_dim_v)
     if d <= 64:
         return dict(BM=128, BN=64, warps=4, stages=3), "mma.sync kernels: BM=128 in 4 warps (two m16 row tiles a warp), BN=64, 3 stages"
-    bn = 128 if 112 < d <= 128 and not _features(spec) and target.smem_per_block_optin >= 170 * 1024 else 64
-    return (dict(BM=128, BN=bn, warps=8, stages=2),
-            f"mma.sync kernels: BM=128 in 8 warps (one m16 row tile a warp: two would spill), BN={bn}"
-            + (" (a plain score)" if bn == 128 else "") + ", 2 stages")
+    if d <= 128:
+        return dict(BM=128, BN=32, warps=4, stages=2), "mma.sync kernels: BM=128 in 4 warps (two m16 row tiles a warp), BN=32 (64 would spill), 2 stages"
+    return dict(BM=128, BN=64, warps=8, stages=2), "mma.sync kernels: BM=128 in 8 warps (one m16 row tile a warp: two would spill), BN=64, 2 stages"
 
 
 def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target") -> list[Candidate]:

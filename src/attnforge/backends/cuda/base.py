@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from ...abi import INT_SCALARS, SIZE_ARGS
-from ...analysis import KernelFacts, Scope, View
+from ...analysis import KernelFacts, Scope, View, base2_softmax
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
 from ...tl.printer import expr as tl_expr
@@ -87,6 +87,7 @@ class RTile:
     shared: Shared | None = None
     partial_sum: bool = False  # a row sum each thread holds for its own columns only (quad-reduce before use)
     whole_sum: bool = False  # a row sum every lane of the quad holds whole (a 1-d OnlineSoftmax's): never quad-reduced
+    factor: str | None = None  # a folded scale (C++ name of c = scale * log2(e)): the tile holds raw scores where c > 0
     dims: tuple = ()
 
     @property
@@ -131,6 +132,8 @@ class EmitterBase:
         names.update({v: v for v in self.launch})
         self.scope = Scope(names, set(SIZE_ARGS) | {"D", "Dv"} | set(facts.params) | set(self.launch) | {g.name for g in kernel.grid})
         self.floats = frozenset({s for s in kernel.scalars if s not in INT_SCALARS} | {"score"})
+        # which online softmaxes run in base 2 with the scale folded into their exp2's FFMA
+        self.base2 = base2_softmax(kernel, frozenset(kernel.scalars) | frozenset(facts.params) | frozenset(SIZE_ARGS) | {"D", "Dv"} | set(self.launch))
         self.shared: dict[str, Shared] = {}
         self.pipe: Pipe | None = None
         self.loop_count = 0

@@ -5,9 +5,15 @@ split-KV combine's partial log-sum-exps, per row without them), Normalize and Lo
 
 from __future__ import annotations
 
-from ...analysis import multiplies_indices
+from ...analysis import LN2, LOG2E, multiplies_indices
 from ...tl import nodes as n
 from .base import INDENT, EmitterBase, RTile
+
+# A 2-d online softmax moves its running max (and rescales O) only when a row of the warp grew by
+# more than 2^8: below that the tile's weights exp2(s - m) stay under 256, which fp16 and bf16 hold
+# with the precision they give 1, and the fp32 sums lose nothing. With scores of a steady scale the
+# max settles after a few tiles and the O rescale (Dv / 4 multiplies a thread a row) stops.
+_LAZY_LOG2 = 8.0
 
 _ELEMENTWISE = {
     "Multiply": "({0} * {1})", "Add": "({0} + {1})", "Subtract": "({0} - {1})", "Divide": "({0} / {1})",
@@ -101,6 +107,9 @@ class ComputeEmitter(EmitterBase):
 
     def s_Elementwise(self, s: n.Elementwise) -> None:
         self.comment_tl(s)
+        if id(s) in self.base2.multiplies:
+            self._fold_scale(s)
+            return
         if s.op not in _ELEMENTWISE:
             self.fail(s, f"Compute {s.op} has no CUDA translation here", "RowMax/RowSum live inside OnlineSoftmax in this backend")
         tiles = [self.scope.tiles[a.id] for a in s.args if isinstance(a, n.Name) and a.id in self.scope.tiles]
@@ -130,6 +139,23 @@ class ComputeEmitter(EmitterBase):
             self.scope.tiles[target] = out
         out = self.scope.tiles[target]
         self.frag_loops(first, [f"{self.elem(out)} = {value};"], need_cols=False)
+
+    def _fold_scale(self, s: n.Elementwise) -> None:
+        """``Compute Multiply S, scale`` before a base-2 online softmax (``analysis.base2_softmax``):
+        c = scale * log2(e). For c > 0 the multiply goes into the softmax's exp2 FFMA (its max is
+        max(S) * c, one multiply a row, not one a score), so S keeps its raw scores; otherwise (max(S * c)
+        is not max(S) * c) S is multiplied here, a branch the whole grid takes alike."""
+        t = self.tile(s.args[0].id, s)
+        if t.kind != "acc":
+            self.fail(s, "a scale folded into the softmax works on a score tile of fragments")
+        c = f"af_c_{t.cname}"
+        self.emit(f"const float {c} = ({self.dev(s.args[1])}) * {LOG2E}f;  // the scale in log2 units: the softmax runs in base 2")
+        self.emit(f"if (!({c} > 0.0f)) {{  // c > 0: folded into the softmax's FFMA (max(S * c) = max(S) * c), S stays raw")
+        self.depth += 1
+        self.frag_loops(t, [f"{self.elem(t)} *= {c};"], need_cols=False)
+        self.depth -= 1
+        self.emit("}")
+        t.factor = c
 
     def s_Cast(self, s: n.Cast) -> None:
         self.comment_tl(s)
@@ -183,32 +209,68 @@ class ComputeEmitter(EmitterBase):
         if s.out != s.scores:
             self.emit(f"float {out}[af_MT][{S.ncols // 8}][4];")
         nt = S.ncols // 8
+        base2 = id(s) in self.base2.softmaxes  # m in log2 units, the scale (if folded) applied here
+        if base2 and S.factor is not None:
+            k = f"af_k_{S.cname}"
+            self.emit(f"const float {k} = {S.factor} > 0.0f ? {S.factor} : 1.0f;  // what takes S to log2 units here")
+            k_max, k_score, k_state, grow = f" * {k}", k, "", f"{_LAZY_LOG2}f"
+        elif base2:
+            self.fail(s, f"{s.scores} reaches a base-2 softmax without its folded scale", "report a translator bug with the TL")
+        else:  # natural units: e^(s - m) = 2^(s * log2(e) - m * log2(e)), one FFMA a score
+            k_max, k_score, k_state, grow = "", f"{LOG2E}f", f" * {LOG2E}f", f"{_LAZY_LOG2 * LN2}f"
+        rows = ("#pragma unroll", "for (int af_mt = 0; af_mt < af_MT; ++af_mt)", "#pragma unroll", "for (int af_r = 0; af_r < 2; ++af_r) {")
         self.emit("// per fragment row: the row max over this thread's columns, then over the quad (shuffles xor 1, 2)")
-        self.emit("#pragma unroll")
-        self.emit("for (int af_mt = 0; af_mt < af_MT; ++af_mt)")
-        self.emit("#pragma unroll")
-        self.emit("for (int af_r = 0; af_r < 2; ++af_r) {")
+        self.emit("float af_mnew[af_MT][2];")
+        for line in rows:
+            self.emit(line)
         self.depth += 1
-        self.emit(f"float af_mx = {m.cname}[af_mt][af_r];")
+        self.emit("float af_mx = -INFINITY;")
         self.emit("#pragma unroll")
         self.emit(f"for (int af_nt = 0; af_nt < {nt}; ++af_nt)")
         self.emit(f"{INDENT}af_mx = fmaxf(af_mx, fmaxf({S.cname}[af_mt][af_nt][2 * af_r], {S.cname}[af_mt][af_nt][2 * af_r + 1]));")
-        self.emit("af_mx = af_quad_max(af_mx);")
-        self.emit("const float af_safe = af_mx == -INFINITY ? 0.0f : af_mx;  // nothing visible yet: weights stay 0")
-        self.emit(f"const float af_alpha = af_exp({m.cname}[af_mt][af_r] - af_safe);")
-        self.emit("const float af_shift = af_safe * -1.4426950408889634f;  // e^(s - max) = 2^(s * log2(e) - max * log2(e)): one FFMA a score")
+        self.emit(f"af_mnew[af_mt][af_r] = fmaxf({m.cname}[af_mt][af_r], af_quad_max(af_mx){k_max});")
+        self.depth -= 1
+        self.emit("}")
+        self.emit(f"// the state moves to the new max only when some row of the warp grew past 2^{_LAZY_LOG2:g} (one vote, warp-uniform):")
+        self.emit(f"// otherwise the weights of this tile stay under 2^{_LAZY_LOG2:g} and the rescale of {', '.join(r.cname for r in resc) or 'the state'} is skipped (exactly: m, l and O agree)")
+        self.emit("bool af_grow = false;")
+        for line in rows[:-1]:
+            self.emit(line)
+        self.emit("for (int af_r = 0; af_r < 2; ++af_r)")
+        self.emit(f"{INDENT}af_grow |= af_mnew[af_mt][af_r] > {m.cname}[af_mt][af_r] + {grow};")
+        self.emit("if (__any_sync(0xffffffffu, af_grow)) {")
+        self.depth += 1
+        for line in rows:
+            self.emit(line)
+        self.depth += 1
+        self.emit("const float af_safe = af_mnew[af_mt][af_r] == -INFINITY ? 0.0f : af_mnew[af_mt][af_r];  // nothing visible yet: weights stay 0")
+        self.emit(f"const float af_alpha = af_exp2(({m.cname}[af_mt][af_r] - af_safe){k_state});")
+        self.emit(f"{l.cname}[af_mt][af_r] *= af_alpha;")
+        for r in resc:
+            self.emit("#pragma unroll")
+            self.emit(f"for (int af_nt = 0; af_nt < {r.ncols // 8}; ++af_nt) {{ {r.cname}[af_mt][af_nt][2 * af_r] *= af_alpha; {r.cname}[af_mt][af_nt][2 * af_r + 1] *= af_alpha; }}")
+        self.emit(f"{m.cname}[af_mt][af_r] = af_mnew[af_mt][af_r];")
+        self.depth -= 1
+        self.emit("}")
+        self.depth -= 1
+        self.emit("}")
+        for line in rows:
+            self.emit(line)
+        self.depth += 1
+        self.emit(f"const float af_shift = ({m.cname}[af_mt][af_r] == -INFINITY ? 0.0f : {m.cname}[af_mt][af_r]) * -1.0f{k_state};")
         self.emit("float af_sum = 0.0f;")
         self.emit("#pragma unroll")
         self.emit(f"for (int af_nt = 0; af_nt < {nt}; ++af_nt)")
         self.emit("#pragma unroll")
         self.emit("for (int af_c = 0; af_c < 2; ++af_c) {")
-        self.emit(f"{INDENT}const float af_p = af_exp2(fmaf({S.cname}[af_mt][af_nt][2 * af_r + af_c], 1.4426950408889634f, af_shift));")
+        self.emit(f"{INDENT}const float af_p = af_exp2(fmaf({S.cname}[af_mt][af_nt][2 * af_r + af_c], {k_score}, af_shift));")
         self.emit(f"{INDENT}{out}[af_mt][af_nt][2 * af_r + af_c] = af_p;")
         self.emit(f"{INDENT}af_sum += af_p;")
         self.emit("}")
-        self.emit(f"{l.cname}[af_mt][af_r] = {l.cname}[af_mt][af_r] * af_alpha + af_sum;  // this thread's columns only: quad-reduced where it is read")
+        self.emit(f"{l.cname}[af_mt][af_r] += af_sum;  // this thread's columns only: quad-reduced where it is read")
+        self.depth -= 1
+        self.emit("}")
         l.partial_sum = True
-        self._rescale_and_keep_max(resc, m)
         self.scope.tiles[s.out] = P
 
     def _online_softmax_rows(self, s: n.OnlineSoftmax, S: RTile, m: RTile, l: RTile, resc: list[RTile]) -> None:
@@ -282,7 +344,8 @@ class ComputeEmitter(EmitterBase):
         self._full_sum(l)
         out = RTile("rows", self.name(s.out, s), "fp32", rows=m.rows)
         self.declare(out, None)
-        self.frag_loops(out, [f"{self.elem(out)} = {l.cname}[af_mt][af_r] > 0.0f ? {m.cname}[af_mt][af_r] + logf({l.cname}[af_mt][af_r]) : -INFINITY;"])
+        m_nat = f"{m.cname}[af_mt][af_r]" + (f" * {LN2}f" if s.row_max in self.base2.states else "")  # a base-2 max back to nats
+        self.frag_loops(out, [f"{self.elem(out)} = {l.cname}[af_mt][af_r] > 0.0f ? {m_nat} + logf({l.cname}[af_mt][af_r]) : -INFINITY;"])
         self.scope.tiles[s.out] = out
 
     def s_Reshape(self, s: n.Reshape) -> None:

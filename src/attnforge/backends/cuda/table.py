@@ -26,15 +26,20 @@ TRANSLATION_TABLE: tuple[tuple[str, str, str], ...] = (
     ("Cast", "Compute Cast P to qkv", "in place on a fragment tile: the values are rounded where they are packed into MMA operand "
                                       "registers, at the Reshape"),
     ("Reshape", "Reshape P from mma_c to mma_a", "accumulator pairs packed into A-operand registers (af_pack)"),
-    ("OnlineSoftmax", "Compute OnlineSoftmax", "row max / sum on the fragments, quad shuffles (xor 1, 2); a row that has seen "
-                                               "nothing keeps weight 0; the row sum stays per thread until it is read"),
+    ("OnlineSoftmax", "Compute OnlineSoftmax", "row max / sum on the fragments, quad shuffles (xor 1, 2), weights exp2 of one FFMA a "
+                                               "score; in base 2 with the scale folded in when the scores come straight from their "
+                                               "scale (analysis/softmax); the max moves, and O and l are rescaled, only when a row of "
+                                               "the warp grew past 2^8 (one __any_sync vote; the weights then stay below 2^8); a row "
+                                               "that has seen nothing keeps weight 0; the row sum stays per thread until it is read"),
     ("OnlineSoftmax", "Compute OnlineSoftmax x state m, l (x 1-d)", "per row, no shuffles (every lane of a quad holds the row's "
                                                                    "value): a split-KV combine's merge of log-sum-exps; -inf weighs 0"),
     ("Normalize", "Compute Normalize", "the quad's partial row sums added up, then O / l (0 for a row that saw no key)"),
-    ("LogSumExp", "Compute LogSumExp", "m + log(l), -inf for a row that saw no key"),
+    ("LogSumExp", "Compute LogSumExp", "m + log(l) (m * ln 2 from a base-2 max), -inf for a row that saw no key"),
     ("ScoreMod", "Compute ScoreMod", "per fragment element, q_idx/kv_idx from the fragment map"),
     ("Mask", "Compute Mask S keep EXPR", "per fragment element: -inf where EXPR is false, q_idx/kv_idx from the fragment map"),
-    ("Elementwise", "Compute Multiply/Add/Exp/... (elementwise)", "per fragment element"),
+    ("Elementwise", "Compute Multiply/Add/Exp/... (elementwise)", "per fragment element; `Multiply S, scale` before a base-2 "
+                                                                  "softmax becomes c = scale * log2(e), applied in the softmax's "
+                                                                  "FFMA when c > 0 (here only otherwise)"),
     ("Softmax", "Compute Softmax (one pass)", "refused (TranslateError): the planner's OnlineSoftmax form is translated"),
     ("Loop", "for j = a : b pipeline stages", "a loop whose global->shared Copies are issued stages-1 iterations ahead, each waited "
                                               "for (af_cp_wait) at the depth the pipeline needs; nested pipelined loops are refused"),
