@@ -30,6 +30,8 @@ ROWS = {  # name: (B, Hq, Hkv, S, D, causal, dtype)
     **TILE_ROWS,
     "d64-s1k": (16, 32, 32, 1024, 64, False, "bf16"), "d64-s16k-causal": (1, 32, 32, 16384, 64, True, "bf16"),
     "d128-s16k": (1, 16, 16, 16384, 128, False, "bf16"), "d256-s1k-fp16": (16, 8, 8, 1024, 256, False, "fp16"),
+    "d256-s1k-causal": (16, 8, 8, 1024, 256, True, "bf16"), "d256-s16k": (1, 8, 8, 16384, 256, False, "bf16"),
+    "d128-s1k-causal": (16, 16, 16, 1024, 128, True, "bf16"),
 }
 
 
