@@ -163,7 +163,7 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
     assert set(sources) == {"hopper", "hopper_persistent", "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
-    assert "q_t.store(out)" in sources["hopper_o_via_q"] and "persistent" in sources["hopper_o_via_q"]  # the planner's ostage = 2
+    assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)

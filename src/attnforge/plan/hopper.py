@@ -57,14 +57,16 @@ def _o_staged(spec: AttentionSpec) -> bool:
     At D = Dv = 64 it fits beside the 3-slot ring (bench/RESULTS.md, 2026-12-01 run 7: a work tile's fixed cost
     2.1 -> 0.8 us, +15% at 1k tokens). At D = Dv = 128 the ring gives a slot up for it (K's slots given back after
     QK^T keep a 2-slot ring fed; 2026-12-02 run 10, against the 3-slot ring storing O through Qs, without a mask:
-    +9% at 1k x 1k, +3-5% at 1k x 2-4k keys, +1% at 4k x 4k; a work tile's fixed cost 2.8 -> 1.5 us). Not measured
-    under a mask whose bounds move with the row tile, nor past 4k keys: those keep the earlier choice."""
+    +9% at 1k x 1k, +3-5% at 1k x 2-4k keys, +1% at 4k x 4k; a work tile's fixed cost 2.8 -> 1.5 us). Under the
+    causal mask (run 11, against the tuning database's kernels, 3 slots with O through Qs up to 4k keys, from
+    registers at 16k): +6-8% at 1k, +2% at 4k, +1-5% at 16k, GQA 32/8 at 4k even. Not measured under a window, nor
+    past 4k keys without a mask: those keep the earlier choice."""
     if spec.is_decode or spec.head_dim != spec.head_dim_v:
         return False
     if spec.head_dim == 64:
         return True
-    no_mask = not spec.causal and spec.window_left is None and spec.window_right is None
-    return spec.head_dim == 128 and no_mask and spec.seqlen_k <= 4096
+    windowed = spec.window_left is not None or spec.window_right is not None
+    return spec.head_dim == 128 and not windowed and (spec.causal or spec.seqlen_k <= 4096)
 
 
 def _o_through_q(spec: AttentionSpec) -> bool:

@@ -28,8 +28,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same kernel persistent (1k keys: one program per SM walks the work tiles, the rings carried over), for GLUON_MUTANTS
     "hopper_persistent": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
-    # the persistent causal D = 128 kernel, O out through the warpgroups' rows of Qs (ostage = 2, the planner's choice), for GLUON_MUTANTS
-    "hopper_o_via_q": (AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", causal=True), "h200"),
+    # a D = 128 kernel storing O through the warpgroups' rows of Qs (ostage = 2, the planner's choice under a window; the
+    # persistent causal D = 128 kernel, this spec until run 11, now has a staging tile of its own), for GLUON_MUTANTS
+    "hopper_o_via_q": (AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", window_left=200, window_right=30), "h200"),
     # the Hopper form with a modifier reading the scores (the softmax in natural units), for GLUON_MUTANTS
     "hopper_alibi": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, alibi_slopes="auto"), "h200"),
     # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
