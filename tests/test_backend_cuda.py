@@ -181,6 +181,10 @@ def test_the_copy_softmax_and_normalize_mutants_apply_pass_the_lint_and_compile(
                                                         "cuda_lazy_rescale_keeps_the_row_sum", "cuda_lazy_rescale_votes_all", "cuda_v_tail_copy_unpredicated",
                                                         "cuda_normalize_reads_the_other_rows_sum")}
     assert "(long long)(32 - 1) * stride_k2" in texts["cuda_copy_walks_a_row_short"]  # D=32: 4 chunks a row, 32 rows a pass
+    natural_spec, natural_target = SPECS["alibi"]  # a score modifier: the softmax in natural units
+    natural = _source(natural_spec, natural_target)
+    texts["cuda_natural_shift_without_log2e"] = by_name["cuda_natural_shift_without_log2e"].apply(natural)
+    assert texts["cuda_natural_shift_without_log2e"] != natural
     for name, text in texts.items():
         assert text != src
         lint(text)

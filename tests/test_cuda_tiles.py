@@ -43,6 +43,11 @@ def test_two_row_tiles_a_warp_up_to_d128_beside_a_bn32_score(target):
             assert _first(cuda, spec, target) == dict(BM=128, BN=32, warps=4, stages=2), (d, extra)
     src = _source(AttentionSpec(heads=16, head_dim=128, dtype="bf16", causal=True), target)
     assert "af_ldsm_x4(af_a[af_mt], Qs" in src  # 64 registers of Q fragments do not fit beside 128 of O: read per k slice
+    # where two row tiles a warp spill even with 2 stages (D = 112, a modifier), eight warps of one come before 1 stage
+    for d in (64, 112, 128):
+        params = [p.params for p in plans_for(cuda, AttentionSpec(heads=16, head_dim=d, dtype="bf16", seqlen_q=4096), get_target(target))]
+        wide = params.index(dict(BM=128, BN=64, warps=8, stages=3 if d <= 64 else 2))
+        assert all(p["stages"] >= 2 for p in params[:wide]) and params[wide - 1]["warps"] == 4, (d, params[:wide + 1])
 
 
 def test_triton_keeps_the_targets_rules():
@@ -104,4 +109,34 @@ def test_the_running_max_moves_only_past_2_to_the_8():
     branch = src[vote:src.index("float af_sum = 0.0f;", vote)]
     assert "l_i[af_mt][af_r] *= af_alpha;" in branch and "O_acc[af_mt][af_nt][2 * af_r] *= af_alpha;" in branch
     assert "m_i[af_mt][af_r] = af_mnew[af_mt][af_r];" in branch
-    assert "const float af_shift = (m_i[af_mt][af_r] == -INFINITY ? 0.0f : m_i[af_mt][af_r]) * -1.0f;" in src[vote:]
+    assert "const float af_shift = -(m_i[af_mt][af_r] == -INFINITY ? 0.0f : m_i[af_mt][af_r]);" in src[vote:]
+
+
+def _edited_source(old: str, new: str) -> str:
+    from attnforge.tl import parse
+
+    spec = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="fp16")
+    text = next(plans_for(cuda, spec, get_target("h200"))).source
+    assert old in text
+    return cuda.translate(parse(text.replace(old, new, 1)), head_dim=64, head_dim_v=64).source
+
+
+def test_a_running_max_read_outside_the_softmax_keeps_tls_value(tmp_path):
+    """A program that reads m_i elsewhere (here: adds 0 to it before the log-sum-exp) sees TL's running max: no
+    vote, the state moved every tile, and no base-2 state either; the kernel still compiles without spills."""
+    from attnforge.backends.cuda.compile import compile_for_target
+
+    src = _edited_source("Compute LogSumExp m_i", "Compute Add m_i, 0.0\nCompute LogSumExp m_i")
+    assert "__any_sync" not in src and "every tile: the state is read outside the softmax" in src
+    assert "af_c_S" not in src  # (base 2 needs the max read by softmaxes and log-sum-exps alone)
+    assert all(r.spill_bytes == 0 for r in compile_for_target(src, get_target("h200"), tmp_path))
+
+
+def test_two_online_softmaxes_in_one_block_compile(tmp_path):
+    """Each 2-d softmax's temporaries live in a block of their own: two in one loop body do not collide."""
+    from attnforge.backends.cuda.compile import compile_for_target
+
+    line = "    Compute OnlineSoftmax S state m_i, l_i rescale O_acc and get P\n"
+    src = _edited_source(line, line + line.replace("get P", "get P2"))  # (its weights unused: a program for the translator only)
+    assert src.count("float af_mnew[af_MT][2];") == 3
+    compile_for_target(src, get_target("h200"), tmp_path)

@@ -445,8 +445,8 @@ def _mma_sync_tiles(spec: AttentionSpec, target: Target) -> tuple[dict[str, int]
     D=128: 192 registers of accumulators; the query tile then stays in shared memory), with 2
     stages: measured 0.94-1.01x FlashAttention-2 on six D=128 rows against 0.75-0.85x for eight
     warps of one row tile, and 1-2% ahead of 3 stages (2026-12-02 run 11). Past D=128 eight warps
-    of one row tile each, BN=64, two stages (three do not fit at D=256; BN=32 and 64-row blocks
-    measured slower)."""
+    of one row tile each, BN=64, two stages (three do not fit at D=256; 64-row blocks and BN=32 with Q
+    re-read measured slower; BN=32 with Q kept in registers was level through the whole bench, run 11)."""
     d = max(spec.head_dim, spec.head_dim_v)
     if d <= 64:
         return dict(BM=128, BN=64, warps=4, stages=3), "mma.sync kernels: BM=128 in 4 warps (two m16 row tiles a warp), BN=64, 3 stages"
@@ -486,8 +486,15 @@ def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target"
             p = {**p, "BM": p["BM"] // 2, "warps": max(4, p["warps"] // 2), "stages": first["stages"]}
             why = "shorter query blocks to fit registers"
         else:
-            return out
+            break
         out.append(Candidate(dict(p), why))
+    if mma == "mma_sync" and target.cc >= (8, 0) and first["warps"] == 4 and d <= 128:
+        # two m16 row tiles a warp that spill even with 2 stages (a modifier's registers): one row tile a warp in 8
+        # warps, as before run 11, ahead of a 1-stage pipeline
+        wide = dict(BM=128, BN=64, warps=8, stages=min(first["stages"], 3 if d <= 64 else 2))
+        at = next((i for i, c in enumerate(out) if c.params["stages"] < 2), len(out))
+        out.insert(at, Candidate(wide, "eight warps of one m16 row tile each (two row tiles a warp spill here), BN=64"))
+    return out
 
 
 def split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int) -> str:

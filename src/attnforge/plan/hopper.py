@@ -43,7 +43,9 @@ def _persistent(spec: AttentionSpec, d: int, o_through_q: bool) -> bool:
     (+5-24%), slower at 16k keys and at D = 256 (a static share of unequal tiles), and at D = 128 it
     spilled (the compute warpgroups' registers were full). With O out through Q's tile (``o_through_q``: ``ostage = 2``)
     and the mask's key bounds folded per row, the causal D = 128 kernel spills no more; up to 1k keys it is then +3-4%
-    against the same kernel launched per tile (run 8), at 4k and 16k keys 5% and 15-16% slower (the GQA 4k row: +4%)."""
+    against the same kernel launched per tile (run 8), at 4k and 16k keys 5% and 15-16% slower (the GQA 4k row: +4%). Since run
+    11 that 1k kernel stores O from a staging tile of its own (``_o_staged``), measured persistent; ``o_through_q`` still
+    says where O through Qs would be the alternative (up to 4k keys), which is where persistence was measured."""
     if spec.is_decode or spec.window_left is not None or spec.window_right is not None:
         return False
     if spec.causal:

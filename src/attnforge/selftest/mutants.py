@@ -217,6 +217,10 @@ CUDA_MUTANTS: tuple[Mutant, ...] = (
     Mutant("cuda_lazy_rescale_votes_all", "causal", "kernel",
            r"__any_sync\(0xffffffffu, af_grow\)", "__all_sync(0xffffffffu, af_grow)",
            "the warp moves its max only when every row grew past 2^8: a row that grew alone weighs its keys past 2^8, unbounded", every=True),
+    Mutant("cuda_natural_shift_without_log2e", "alibi", "kernel",
+           r"(const float af_shift = -\(m_i\[af_mt\]\[af_r\] == -INFINITY \? 0\.0f : m_i\[af_mt\]\[af_r\]\)) \* 1\.4426950408889634f;",
+           r"\1;", "a softmax in natural units (a score modifier) subtracts its running max from a base-2 exponent unconverted",
+           every=True),
     # the row predicate of a copy that may run past the view (verification's K and V sit inside NaN rows: a V row read past Sk
     # poisons P @ V even where P is 0)
     Mutant("cuda_v_tail_copy_unpredicated", "causal", "kernel",

@@ -6,13 +6,17 @@ split-KV combine's partial log-sum-exps, per row without them), Normalize and Lo
 from __future__ import annotations
 
 from ...analysis import LN2, LOG2E, multiplies_indices
+from ...tl.resources import stmt_reads
 from ...tl import nodes as n
 from .base import INDENT, EmitterBase, RTile
 
 # A 2-d online softmax moves its running max (and rescales O) only when a row of the warp grew by
-# more than 2^8: below that the tile's weights exp2(s - m) stay under 256, which fp16 and bf16 hold
-# with the precision they give 1, and the fp32 sums lose nothing. With scores of a steady scale the
-# max settles after a few tiles and the O rescale (Dv / 4 multiplies a thread a row) stops.
+# more than 8 in log2 units (a factor 2^8): below that the tile's weights exp2(s - m) stay under 256,
+# which fp16 and bf16 hold with the relative precision they give 1. m, l and O stay consistent, so
+# O = acc / l and the log-sum-exp are the same algebraically; the rounding is not bit for bit the
+# same. With scores of a steady scale the max settles after a few tiles and the O rescale (Dv / 4
+# multiplies a thread a row) stops. Only where nothing but the softmax reads m and P, and nothing but
+# softmaxes, Normalize and LogSumExp read l (``_lazy``): elsewhere TL's m_new (docs/TL.md) is kept.
 _LAZY_LOG2 = 8.0
 
 _ELEMENTWISE = {
@@ -150,7 +154,7 @@ class ComputeEmitter(EmitterBase):
             self.fail(s, "a scale folded into the softmax works on a score tile of fragments")
         c = f"af_c_{t.cname}"
         self.emit(f"const float {c} = ({self.dev(s.args[1])}) * {LOG2E}f;  // the scale in log2 units: the softmax runs in base 2")
-        self.emit(f"if (!({c} > 0.0f)) {{  // c > 0: folded into the softmax's FFMA (max(S * c) = max(S) * c), S stays raw")
+        self.emit(f"if (!({c} > 0.0f)) {{  // max(S * c) is max(S) * c only for c > 0 (then the softmax's FFMA applies c, S stays raw)")
         self.depth += 1
         self.frag_loops(t, [f"{self.elem(t)} *= {c};"], need_cols=False)
         self.depth -= 1
@@ -209,7 +213,10 @@ class ComputeEmitter(EmitterBase):
         if s.out != s.scores:
             self.emit(f"float {out}[af_MT][{S.ncols // 8}][4];")
         nt = S.ncols // 8
+        self.emit("{  // (the softmax's temporaries: a block may hold more than one)")
+        self.depth += 1
         base2 = id(s) in self.base2.softmaxes  # m in log2 units, the scale (if folded) applied here
+        lazy = self._lazy(s)
         if base2 and S.factor is not None:
             k = f"af_k_{S.cname}"
             self.emit(f"const float {k} = {S.factor} > 0.0f ? {S.factor} : 1.0f;  // what takes S to log2 units here")
@@ -231,14 +238,17 @@ class ComputeEmitter(EmitterBase):
         self.emit(f"af_mnew[af_mt][af_r] = fmaxf({m.cname}[af_mt][af_r], af_quad_max(af_mx){k_max});")
         self.depth -= 1
         self.emit("}")
-        self.emit(f"// the state moves to the new max only when some row of the warp grew past 2^{_LAZY_LOG2:g} (one vote, warp-uniform):")
-        self.emit(f"// otherwise the weights of this tile stay under 2^{_LAZY_LOG2:g} and the rescale of {', '.join(r.cname for r in resc) or 'the state'} is skipped (exactly: m, l and O agree)")
-        self.emit("bool af_grow = false;")
-        for line in rows[:-1]:
-            self.emit(line)
-        self.emit("for (int af_r = 0; af_r < 2; ++af_r)")
-        self.emit(f"{INDENT}af_grow |= af_mnew[af_mt][af_r] > {m.cname}[af_mt][af_r] + {grow};")
-        self.emit("if (__any_sync(0xffffffffu, af_grow)) {")
+        if lazy:
+            self.emit(f"// the state moves to the new max only when some row of the warp grew by more than {_LAZY_LOG2:g} (log2 units; one vote,")
+            self.emit(f"// warp-uniform): otherwise this tile's weights stay under 2^{_LAZY_LOG2:g} and the rescale of {', '.join(r.cname for r in resc) or 'the state'} is skipped (m, l and O agree)")
+            self.emit("bool af_grow = false;")
+            for line in rows[:-1]:
+                self.emit(line)
+            self.emit("for (int af_r = 0; af_r < 2; ++af_r)")
+            self.emit(f"{INDENT}af_grow |= af_mnew[af_mt][af_r] > {m.cname}[af_mt][af_r] + {grow};")
+            self.emit("if (__any_sync(0xffffffffu, af_grow)) {")
+        else:
+            self.emit(f"{{  // every tile: the state is read outside the softmax, so it keeps TL's running max")
         self.depth += 1
         for line in rows:
             self.emit(line)
@@ -257,7 +267,7 @@ class ComputeEmitter(EmitterBase):
         for line in rows:
             self.emit(line)
         self.depth += 1
-        self.emit(f"const float af_shift = ({m.cname}[af_mt][af_r] == -INFINITY ? 0.0f : {m.cname}[af_mt][af_r]) * -1.0f{k_state};")
+        self.emit(f"const float af_shift = -({m.cname}[af_mt][af_r] == -INFINITY ? 0.0f : {m.cname}[af_mt][af_r]){k_state};")
         self.emit("float af_sum = 0.0f;")
         self.emit("#pragma unroll")
         self.emit(f"for (int af_nt = 0; af_nt < {nt}; ++af_nt)")
@@ -270,8 +280,26 @@ class ComputeEmitter(EmitterBase):
         self.emit(f"{l.cname}[af_mt][af_r] += af_sum;  // this thread's columns only: quad-reduced where it is read")
         self.depth -= 1
         self.emit("}")
+        self.depth -= 1
+        self.emit("}")
         l.partial_sum = True
         self.scope.tiles[s.out] = P
+
+    def _lazy(self, s: n.OnlineSoftmax) -> bool:
+        """Whether this softmax may keep a running max up to 2^8 below the true one (``_LAZY_LOG2``): nothing but
+        online softmaxes and log-sum-exps reads its max, nothing but those and Normalize its row sum, and nothing but
+        a Cast, a Reshape or a GEMM its weights (which then differ from TL's by the state's common factor)."""
+        if s.out == s.scores:  # (weights written over their scores: the reads before the softmax are the scores')
+            return False
+        allowed = {s.row_max: (n.OnlineSoftmax, n.LogSumExp), s.row_sum: (n.OnlineSoftmax, n.Normalize, n.LogSumExp),
+                   s.out: (n.Cast, n.Reshape, n.Gemm)}
+        for t in n.walk(self.k.body):
+            if t is s or isinstance(t, (n.Loop, n.Role)):
+                continue
+            for name, kinds in allowed.items():
+                if name in stmt_reads(t) and not isinstance(t, kinds):
+                    return False
+        return True
 
     def _online_softmax_rows(self, s: n.OnlineSoftmax, S: RTile, m: RTile, l: RTile, resc: list[RTile]) -> None:
         """OnlineSoftmax over a 1-d tile: one value per row (a split's log-sum-exp in a split-KV
