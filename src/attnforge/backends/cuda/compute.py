@@ -256,9 +256,7 @@ class ComputeEmitter(EmitterBase):
         self.emit("const float af_safe = af_mnew[af_mt][af_r] == -INFINITY ? 0.0f : af_mnew[af_mt][af_r];  // nothing visible yet: weights stay 0")
         self.emit(f"const float af_alpha = af_exp2(({m.cname}[af_mt][af_r] - af_safe){k_state});")
         self.emit(f"{l.cname}[af_mt][af_r] *= af_alpha;")
-        for r in resc:
-            self.emit("#pragma unroll")
-            self.emit(f"for (int af_nt = 0; af_nt < {r.ncols // 8}; ++af_nt) {{ {r.cname}[af_mt][af_nt][2 * af_r] *= af_alpha; {r.cname}[af_mt][af_nt][2 * af_r + 1] *= af_alpha; }}")
+        self._rescale_rows(resc)
         self.emit(f"{m.cname}[af_mt][af_r] = af_mnew[af_mt][af_r];")
         self.depth -= 1
         self.emit("}")
@@ -330,12 +328,17 @@ class ComputeEmitter(EmitterBase):
     def _rescale_and_keep_max(self, resc: list[RTile], m: RTile) -> None:
         """Inside an OnlineSoftmax's row loops: each rescaled tile's row times alpha, the new max
         kept; then the loops closed."""
-        for r in resc:
-            self.emit("#pragma unroll")
-            self.emit(f"for (int af_nt = 0; af_nt < {r.ncols // 8}; ++af_nt) {{ {r.cname}[af_mt][af_nt][2 * af_r] *= af_alpha; {r.cname}[af_mt][af_nt][2 * af_r + 1] *= af_alpha; }}")
+        self._rescale_rows(resc)
         self.emit(f"{m.cname}[af_mt][af_r] = af_mx;")
         self.depth -= 1
         self.emit("}")
+
+    def _rescale_rows(self, resc: list[RTile]) -> None:
+        """Inside an OnlineSoftmax's row loops (af_mt, af_r): this thread's two columns of each n8 tile of every rescaled
+        tile's row times af_alpha."""
+        for r in resc:
+            self.emit("#pragma unroll")
+            self.emit(f"for (int af_nt = 0; af_nt < {r.ncols // 8}; ++af_nt) {{ {r.cname}[af_mt][af_nt][2 * af_r] *= af_alpha; {r.cname}[af_mt][af_nt][2 * af_r + 1] *= af_alpha; }}")
 
     def _full_sum(self, l: RTile) -> None:
         if l.partial_sum:
