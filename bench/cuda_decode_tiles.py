@@ -38,6 +38,24 @@ def build(B: int, Hq: int, Hkv: int, Sk: int, bn: int, stages: int, workdir: Pat
     return path
 
 
+def row_inputs(B: int, Hq: int, Hkv: int, Sk: int):
+    """A decode row's q, k, v (bf16, D = 128, Sq = 1, seeded), its scale, its GB of Q, K and V, and the fp32
+    reference from SDPA's math backend."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    q = torch.randn(B, Hq, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, Hkv, Sk, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, Hkv, Sk, 128, device="cuda", dtype=torch.bfloat16)
+    scale = 1 / math.sqrt(128)
+    gbytes = (q.numel() + k.numel() + v.numel()) * 2 / 1e9
+    with sdpa_kernel([SDPBackend.MATH]):
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=True)
+    return q, k, v, scale, gbytes, ref
+
+
 def captured(f):
     """One call of ``f`` in a CUDA graph (after two warm-up calls on a side stream)."""
     import torch
@@ -79,14 +97,7 @@ def main() -> None:
     shipped_rule = cuda_kernel.split_count
     results = []
     for r, (B, Hq, Hkv, Sk) in ROWS.items():
-        torch.manual_seed(0)
-        q = torch.randn(B, Hq, 1, 128, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(B, Hkv, Sk, 128, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(B, Hkv, Sk, 128, device="cuda", dtype=torch.bfloat16)
-        scale = 1 / math.sqrt(128)
-        gbytes = (q.numel() + k.numel() + v.numel()) * 2 / 1e9
-        with sdpa_kernel([SDPBackend.MATH]):
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=True)
+        q, k, v, scale, gbytes, ref = row_inputs(B, Hq, Hkv, Sk)
 
         def sdpa(backend):
             def f():

@@ -111,7 +111,7 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
                   CaseShape(2, g, 1, 1, 9 * bn + 5), CaseShape(1, 4, 4, 3, 3 * bn + 1, "bshd"),
                   CaseShape(1, 4, 1, 1, bn // 2 + 3), CaseShape(4, 2 * g, 2, 1, 2 * bn + 3, "bshd")]
         if native:
-            shapes += [CaseShape(4, 4 * g, 4, 1, 4099), CaseShape(3, 2 * g, 2, 1, 32769, "bshd")]
+            shapes += [CaseShape(4, 4 * g, 4, 1, 4099), CaseShape(3, 2 * g, 2, 1, 32769, "bshd"), _one_split_many_tiles(g, bn)]
         return shapes
     shapes = [
         CaseShape(1, 2 * g, 2, 37, 53),
@@ -128,6 +128,14 @@ def verification_shapes(spec: AttentionSpec, params: dict[str, int], *, native: 
                    CaseShape(3, 6, 6, 777, 1999), CaseShape(1, 2 * g, 2, 2049, 300, "bshd"),
                    _more_tiles_than_sms(g, bm, bn)]
     return shapes
+
+
+def _one_split_many_tiles(g: int, bn: int) -> CaseShape:
+    """A decode batch of 384 programs (one row block each), at least two per SM on GPUs of up to 192 SMs:
+    the split rule launches one split, so a pair whose merge of one split is the identity runs its
+    partial kernel alone, storing into o and lse after several K/V tiles (the small shapes above reach
+    one split only with one tile)."""
+    return CaseShape(192, 2 * g, 2, 1, 3 * bn + 7, "bshd")
 
 
 def _more_tiles_than_sms(g: int, bm: int, bn: int) -> CaseShape:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from ..abi import scalar_values
 from ..dtypes import FORMATS, KERNEL_DTYPES
-from ..errors import SpecError, TLCheckError
+from ..errors import SpecError, TLCheckError, TLSyntaxError
 from ..spec import AttentionSpec
 from ..splits import split_count
 from ..targets import Target, tma_can_read
@@ -419,6 +419,54 @@ def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: st
         "end",
         *EPILOGUE,
     ]
+
+
+def one_split_axis(program: n.Program) -> int | None:
+    """Where ``program`` is a split-KV pair whose second kernel is this planner's merge (``_combine``) of
+    exactly the scratch views its first kernel stores, and that scratch is o's and lse's shape, (B, Hq, Sq, Dv)
+    and (B, Hq, Sq), with the split's index inserted as one more dimension: that dimension's position.
+    The merge of one split returns that split's partial result as it is (its weight is exp(lse - lse) = 1,
+    the sum of weights 1, and a row that saw no key stays 0 with LSE -inf), so a launch of NSPLIT = 1 may
+    let the partial kernel store O (in o's format) and the LSE straight into ``o`` and ``lse`` (views of them
+    with that dimension added) and skip the second kernel: the same values, one launch and one round trip
+    through scratch fewer. None for any other program: a second kernel that is not the planner's merge
+    (an LLM's, say) runs as written."""
+    if len(program.kernels) != 2 or not program.kernels[0].scratch:
+        return None
+    partial, merge = program.kernels
+    launched = {v.name for v in partial.launch}
+    split = next((ax for ax in partial.grid if isinstance(ax.extent, n.Name) and ax.extent.id in launched), None)
+    if split is None:
+        return None
+    scratch = {sc.name: sc for sc in partial.scratch}
+    views = [s for s in partial.body if isinstance(s, n.Allocate) and s.level == "global" and s.tensor in scratch]
+    o_view = next((v for v in views if len(v.shape) == 2), None)
+    lse_view = next((v for v in views if len(v.shape) == 1), None)
+    if o_view is None or lse_view is None or len(views) != 2:
+        return None
+    rows = (n.Name("B"), n.Name("Hq"), n.Name("Sq"))
+    o_shape, lse_shape = scratch[o_view.tensor].shape, scratch[lse_view.tensor].shape
+    axis = next((i for i, e in enumerate(lse_shape) if e == split.extent), None)
+    if (axis is None or axis >= len(lse_view.offset) or lse_shape[:axis] + lse_shape[axis + 1:] != rows
+            or o_shape[:axis] + o_shape[axis + 1:] != (*rows, n.Name("Dv")) or o_shape[axis] != split.extent
+            or any(len(v.offset) <= axis or v.offset[axis] != n.Name(split.name) for v in views)):
+        return None
+
+    def at(view: n.Allocate, tensor: str, keep_split: bool) -> str:
+        offset = view.offset if keep_split else view.offset[:axis] + view.offset[axis + 1:]
+        return f"{tensor}[{', '.join(map(show_expr, offset))}]" + (f" pack {show_expr(view.pack)}" if view.pack is not None else "")
+
+    def shape(view: n.Allocate) -> str:
+        return f"({', '.join(map(show_expr, view.shape))})"
+
+    lines = _combine(shape(o_view), shape(lse_view), at(o_view, "o", False), at(lse_view, "lse", False),
+                     at(o_view, o_view.tensor, True), at(lse_view, lse_view.tensor, True))
+    lines = [line.replace("for s = 0 : NSPLIT", f"for {split.name} = 0 : {show_expr(split.extent)}") for line in lines]
+    try:
+        canonical = parse("kernel merge\n" + "\n".join(lines) + "\n").kernels[0].body
+    except TLSyntaxError:  # a view's expression that does not print back as TL: not the planner's merge
+        return None
+    return axis if merge.body == canonical else None
 
 
 # ------------------------------------------------------------------------------ parameters

@@ -304,6 +304,10 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_decode_packed_row_head_lost", "hopper_decode", "kernel",
            r"q_ptrs = q_base \+ gl\.expand_dims\(\(q_rows % \(\(Hq // Hkv\)\)\) \* sq_h \+ ", "q_ptrs = q_base + gl.expand_dims(",
            "the packed rows' query heads are lost in the copy of Q: every row of a position reads the group's first head"),
+    # a launch of one split stores into o and lse itself (emit's ONE_SPLIT): taken for any split count, the splits race on o
+    Mutant("gluon_decode_one_split_for_every_count", "hopper_decode", "kernel", r"one = NSPLIT == 1 and o\.stride\(3\) == 1",
+           "one = o.stride(3) == 1",
+           "the partial kernel stores into o and lse at every split count: each split's partial result overwrites the others', unmerged"),
     # the combine kernel (Triton, in the same module): the merge's rescale
     Mutant("gluon_decode_combine_rescale_dropped", "hopper_decode", "kernel", r"^\s*O_acc = O_acc \* m_i_alpha\[:, None\]\n", "",
            "the combine kernel adds a split's weighted output without rescaling the sum so far when the running max grows"),

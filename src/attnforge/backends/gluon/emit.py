@@ -26,6 +26,7 @@ from ...tl.printer import stmt as stmt_lines
 from ..triton.exprs import ExprContext, host
 from ..triton.launcher import KernelInfo
 from ..triton.launcher import check_host_name
+from ...plan.builtin import one_split_axis
 from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers
 from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
@@ -186,10 +187,12 @@ def _arrivals(m: Writer, barrier: str) -> int:
     return 2 if compute and m.hk.pingpong else 1
 
 
-def _launch_fn(m: Writer, combine: Combine | None) -> None:
+def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None) -> None:
     """``launch()``: the arguments checked, then the kernel; a split-KV pair's ``launch()`` first
     computes the split count for the call's sizes and device and allocates the scratch, and after
-    the partial kernel launches the combine kernel (``slots`` index 1), as the Triton backend's does."""
+    the partial kernel launches the combine kernel (``slots`` index 1), as the Triton backend's does;
+    ``one_split`` (see ``_split_kv_setup``): a launch of one split, the partial kernel alone storing
+    into o and lse (``slots`` index 2: a kernel specialised to o's format)."""
     hk = m.hk
     _, programs = _grid(m)
     scalars = list(m.scalars)
@@ -209,7 +212,7 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
         if name in scalars:
             m.emit(f'{name} = window_bound("{name}", {name}, Sq, Sk)', 1)
     if combine is not None:
-        _split_kv_setup(m)
+        _split_kv_setup(m, one_split)
     if combine is None:  # (a split-KV kernel's stores go to its own contiguous scratch)
         m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
         m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
@@ -229,14 +232,19 @@ def _launch_fn(m: Writer, combine: Combine | None) -> None:
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
     m.emit(f"launch_kernel({hk.kernel.name}, grid, ({', '.join(m.descriptors)}, {args}), dict(SCALE_POSITIVE={positive}), "
-           "num_warps=WG_WARPS, slots=slots)", 1)
+           f"num_warps=WG_WARPS, slots=slots{'' if one_split is None else ', index=2 if one else 0'})", 1)
     if combine is not None:
-        _combine_launch(m, combine)
+        if one_split is not None:
+            m.emit("if not one:", 1)
+        _combine_launch(m, combine, 1 if one_split is None else 2)
 
 
-def _split_kv_setup(m: Writer) -> None:
+def _split_kv_setup(m: Writer, one_split: int | None) -> None:
     """The launch-time values (the split count, by ``attnforge.splits`` for this call's sizes and
-    device) and the scratch the pair shares, fresh for each call."""
+    device) and the scratch the pair shares, fresh for each call. ``one_split``: the combine kernel is
+    the built-in merge and the scratch's split index is this dimension (``plan.builtin.one_split_axis``),
+    so a launch of one split has the partial kernel store into o and lse themselves (views of them with
+    that dimension added) and no combine kernel runs (``ONE_SPLIT``)."""
     hctx = host_ctx(m)
     m.emit("D, Dv = q.shape[3], v.shape[3]", 1)
     for v in m.hk.kernel.launch:
@@ -244,12 +252,21 @@ def _split_kv_setup(m: Writer) -> None:
         m.emit(f"# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)", 1)
         m.emit(f"{v.name} = split_count({host(v.programs, hctx)}, {host(v.tiles, hctx)}, program_slots(q.device))", 1)
     formats = m.hk.kernel.dtype_map()
+    indent = 1
+    if one_split is not None:
+        (nsplit,) = (v.name for v in m.hk.kernel.launch)
+        o_part, lse_part = (next(sc.name for sc in m.hk.kernel.scratch if len(sc.shape) == rank) for rank in (5, 4))
+        m.emit(f"one = {nsplit} == 1 and o.stride(3) == 1  # one split: its partial result is the merge's (the partial kernel's O stores want a unit last stride)", 1)
+        m.emit("if one:  # the split's index is always 0: its stride is never used", 1)
+        m.emit(f"{o_part}, {lse_part} = o.unsqueeze({one_split}), lse.unsqueeze({one_split})", 2)
+        m.emit("else:", 1)
+        indent = 2
     for sc in m.hk.kernel.scratch:
         shape = ", ".join(host(e, hctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
-        m.emit(f"{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype={torch_dtype(formats.get(sc.dtype, sc.dtype))}))", 1)
+        m.emit(f"{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype={torch_dtype(formats.get(sc.dtype, sc.dtype))}))", indent)
 
 
-def _combine_launch(m: Writer, combine: Combine) -> None:
+def _combine_launch(m: Writer, combine: Combine, indent: int = 1) -> None:
     """The combine kernel (Triton, from the Triton backend's emitter): its arguments in the order
     ``triton.module`` declares them -- tensors, their strides, sizes, scalars, launch-time values."""
     info = combine.info
@@ -258,7 +275,7 @@ def _combine_launch(m: Writer, combine: Combine) -> None:
     args = [*info.tensors, *(f"*{t}.stride()" for t in info.tensors), *SIZE_ARGS, *info.scalars, *info.launch]
     constexprs = ", ".join(f"{c}={v}" for c, v in info.constexprs.items())
     m.emit(f"launch_kernel({info.name}, ({grid},), ({', '.join(args)}), dict({constexprs}), num_warps={info.num_warps}, "
-           f"num_stages={info.num_stages}, slots=slots, index=1)", 1)
+           f"num_stages={info.num_stages}, slots=slots, index=1)", indent)
 
 
 # ---------------------------------------------------------------------- assembly
@@ -364,7 +381,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         _load_block(m, hk.load.body, 1)
     m.emit()
     _kernel_fn(m)
-    _launch_fn(m, combine)
+    one_split = one_split_axis(program) if combine is not None else None
+    _launch_fn(m, combine, one_split)
 
     nwg = 2 if hk.pingpong else 1
     arch, family, mma = ("sm_100", "Blackwell", "tcgen05 into tensor memory") if hk.blackwell else ("sm_90", "Hopper", "wgmma")
@@ -391,6 +409,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
         f"KERNEL = {kernel.name!r}",
         *(["SPLIT_KV = True  # two kernels: attention()'s dispatch cache does not replay them (not yet run on a GPU)"] if combine is not None else []),
+        *([f"ONE_SPLIT = {one_split is not None}  # a launch of one split runs the partial kernel alone, storing into o and lse (the merge of one split is itself)"]
+          if combine is not None else []),
         f"ARCH = {arch!r}  # the GPU family the kernel is written for (compile checks the target against it)",
         f"HEAD_DIM = {head_dim}",
         f"HEAD_DIM_V = {head_dim_v}",

@@ -1,0 +1,156 @@
+"""Split-KV decode sweep for the Gluon backend: the planner's Hopper-form decode program at several
+(BN, stages) rings, each built on the CPU, then on an H100/H200 checked against SDPA's math backend in
+fp32 and timed in GB/s of Q, K and V beside SDPA's cuDNN backend, at several split counts (the split
+rule aimed at 1, 2, 4 or 8 programs per SM; the shipped rule aims at 2). Each call is captured in a CUDA
+graph and the replays timed (do_bench median, rounds in turns); one profiled replay per call splits its
+time between the partial and the combine kernel. An exploration tool like bench/cuda_decode_tiles.py.
+
+    # on the CPU (PYTHONPATH picks the source tree; --two-kernels adds each module with the launch of one
+    # split running both kernels, as before the partial kernel stored into o and lse itself):
+    PYTHONPATH=src python3 bench/gluon_decode_tiles.py build --out AB [--cand 64,3 ...] [--two-kernels]
+    # on the GPU machine:
+    PYTHONPATH=src:.gpu_deps python3 bench/gluon_decode_tiles.py time AB [--per-sm 1 2 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_decode_tiles import ROWS, captured, row_inputs  # noqa: E402  (bench/: the script's own directory)
+
+DEFAULT_CANDS = ["64,2", "64,3", "64,4", "64,6", "128,2", "128,3", "32,4", "32,6"]  # BN, stages
+
+
+def build(args: argparse.Namespace) -> None:
+    from attnforge.backends.gluon import GluonBackend
+    from attnforge.plan.hopper import hopper_decode_source
+    from attnforge.spec import AttentionSpec
+    from attnforge.targets import get_target
+    from attnforge.tl import check, parse
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = get_target("h200")
+    B, Hq, Hkv, Sk = ROWS["decode-b64-sk4k"]  # one module serves every batch and KV length
+    spec = AttentionSpec(batch=B, heads=Hq, kv_heads=Hkv, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=Sk)
+    for cand in args.cand:
+        bn, stages = (int(x) for x in cand.split(","))
+        text = hopper_decode_source(spec, target, dict(BM=64, BN=bn, warps=4, stages=stages))
+        program = parse(text, file="kernel.tl")
+        result = check(program, target, head_dim=128, head_dim_v=128, file="kernel.tl")
+        if not result.ok:
+            print(f"BN{bn}-st{stages}: refused by the checker: {result.errors[0].message}", flush=True)
+            continue
+        source = GluonBackend().translate(program, head_dim=128, head_dim_v=128).source
+        path = out / f"dec_bn{bn}_st{stages}.py"
+        path.write_text(source)
+        print(path, flush=True)
+        if args.two_kernels:
+            one = "one = NSPLIT == 1 and o.stride(3) == 1"
+            if source.count(one) != 1:
+                raise SystemExit(f"{path}: no launch of one split to turn off")
+            path = out / f"dec_bn{bn}_st{stages}_two.py"
+            path.write_text(source.replace(one, "one = False"))
+            print(path, flush=True)
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _kernel_times(graph) -> dict[str, float]:
+    """Device microseconds of each kernel in one replay of ``graph``, by name."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    got: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_time > 0:
+            got[e.name] = got.get(e.name, 0.0) + e.device_time
+    return got
+
+
+def time_modules(args: argparse.Namespace) -> None:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    ab = Path(args.ab)
+    mods = {p.stem: _module(p) for p in sorted(ab.glob("dec_*.py"))}
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    results = []
+    for r, (B, Hq, Hkv, Sk) in ROWS.items():
+        q, k, v, scale, gbytes, ref = row_inputs(B, Hq, Hkv, Sk)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+        provs, meta = {"cudnn": cudnn}, {}
+        for name, mod in mods.items():
+            for per_sm in args.per_sm:
+                o = torch.empty_like(q)
+                lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+                # the split rule fills 2 programs per SM: an SM count scaled by per_sm / 2 aims it at per_sm
+                mod.program_slots = lambda dev, per_sm=per_sm: max(1, per_sm * sm // 2)
+                nsplit = mod.split_count(B * Hkv, -(-Sk // mod.DESC_BLOCKS['k'][2]), mod.program_slots(q.device))
+
+                def call(mod=mod, o=o, lse=lse, per_sm=per_sm):
+                    mod.program_slots = lambda dev: max(1, per_sm * sm // 2)
+                    mod.launch(q, k, v, o, lse, scale=scale, checked=True)
+                call()
+                torch.cuda.synchronize()
+                label = f"{name}-x{per_sm}"
+                err = float((o.float() - ref).abs().max())
+                provs[label] = call
+                meta[label] = dict(row=r, cand=name, per_sm=per_sm, nsplit=nsplit, err=err, ok=err < 2e-2)
+        graphs = {p: captured(f) for p, f in provs.items()}
+        times = {p: [] for p in provs}
+        for _ in range(args.rounds):
+            for p, g in graphs.items():
+                times[p].append(do_bench(g.replay, warmup=10, rep=args.rep_ms))
+        med = {p: sorted(t)[len(t) // 2] for p, t in times.items()}
+        cudnn_kernels = _kernel_times(graphs["cudnn"])
+        print(f"{r}: cudnn {gbytes / med['cudnn'] * 1e3:.0f} GB/s ({med['cudnn'] * 1e3:.1f} us; kernels "
+              + ", ".join(f"{k[:40]} {t:.1f} us" for k, t in cudnn_kernels.items()) + ")", flush=True)
+        for label, e in meta.items():
+            kernels = _kernel_times(graphs[label])
+            part = sum(t for k, t in kernels.items() if "attn_decode_partial" in k)
+            comb = sum(t for k, t in kernels.items() if "attn_decode_combine" in k)
+            e |= dict(ms=med[label], gbps=gbytes / med[label] * 1e3, vs_cudnn=med["cudnn"] / med[label], partial_us=part, combine_us=comb)
+            print(f"  {label:20s} NSPLIT {e['nsplit']:2d} err {e['err']:.1e}{'' if e['ok'] else ' FAIL'} {e['gbps']:6.0f} GB/s "
+                  f"{e['vs_cudnn']:.3f}x cudnn  partial {part:6.1f} us combine {comb:5.1f} us", flush=True)
+            results.append(e)
+        results.append({"row": r, "cudnn_ms": med["cudnn"]})
+        (ab / "gluon_decode_tiles.json").write_text(json.dumps(results, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write AB/dec_bnBN_stST.py for each candidate (CPU)")
+    b.add_argument("--out", required=True)
+    b.add_argument("--cand", nargs="+", default=DEFAULT_CANDS, help="BN,stages pairs")
+    b.add_argument("--two-kernels", action="store_true", help="also each module launching both kernels at one split")
+    t = sub.add_parser("time", help="check and time every module in AB (GPU)")
+    t.add_argument("ab")
+    t.add_argument("--per-sm", type=int, nargs="+", default=[1, 2, 4])
+    t.add_argument("--rounds", type=int, default=3)
+    t.add_argument("--rep-ms", type=int, default=30)
+    args = ap.parse_args()
+    build(args) if args.cmd == "build" else time_modules(args)
+
+
+if __name__ == "__main__":
+    main()
