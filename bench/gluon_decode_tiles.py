@@ -1,13 +1,12 @@
 """Split-KV decode sweep for the Gluon backend: the planner's Hopper-form decode program at several
 (BN, stages) rings, each built on the CPU, then on an H100/H200 checked against SDPA's math backend in
 fp32 and timed in GB/s of Q, K and V beside SDPA's cuDNN backend, at several split counts (the split
-rule aimed at 1, 2, 4 or 8 programs per SM; the shipped rule aims at 2). Each call is captured in a CUDA
+rule aimed at 1, 2, 4 or 8 programs per SM; the planner's Hopper-form decode aims at 1). Each call is captured in a CUDA
 graph and the replays timed (do_bench median, rounds in turns); one profiled replay per call splits its
 time between the partial and the combine kernel. An exploration tool like bench/cuda_decode_tiles.py.
 
-    # on the CPU (PYTHONPATH picks the source tree; --two-kernels adds each module with the launch of one
-    # split running both kernels, as before the partial kernel stored into o and lse itself):
-    PYTHONPATH=src python3 bench/gluon_decode_tiles.py build --out AB [--cand 64,3 ...] [--two-kernels]
+    # on the CPU (PYTHONPATH picks the source tree; --variants adds each module rewritten, VARIANTS below):
+    PYTHONPATH=src python3 bench/gluon_decode_tiles.py build --out AB [--cand 64,3 ...] [--variants two pipe+bm16 ...]
     # on the GPU machine:
     PYTHONPATH=src:.gpu_deps python3 bench/gluon_decode_tiles.py time AB [--per-sm 1 2 4]
 """
@@ -24,6 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_decode_tiles import ROWS, captured, row_inputs  # noqa: E402  (bench/: the script's own directory)
 
 DEFAULT_CANDS = ["64,2", "64,3", "64,4", "64,6", "128,2", "128,3", "32,4", "32,6"]  # BN, stages
+VARIANTS = {  # rewrites of a module (experiments, not the emitter's output)
+    # the launch of one split running both kernels, as before the partial kernel stored into o and lse itself
+    "two": [("one = NSPLIT == 1 and o.stride(3) == 1", "one = False")],
+    # the combine's loop over the splits software-pipelined by Triton (its loads issued stages ahead)
+    "pipe": [("    for s in range(0, NSPLIT):", "    for s in tl.range(0, NSPLIT, num_stages=3):")],
+    # the combine on 16 rows (the 4 packed rows of a K/V head's group) in 4 warps, not 64 in 8
+    "bm16": [("(-(-((Hq // Hkv) * Sq) // 64))),), (o, lse", "(-(-((Hq // Hkv) * Sq) // 16))),), (o, lse"),
+             ("DV_PAD=128, BM=64,", "DV_PAD=128, BM=16,"),
+             ("num_warps=8, num_stages=2, slots=slots, index=1)", "num_warps=4, num_stages=2, slots=slots, index=1)")],
+}
 
 
 def build(args: argparse.Namespace) -> None:
@@ -50,12 +59,15 @@ def build(args: argparse.Namespace) -> None:
         path = out / f"dec_bn{bn}_st{stages}.py"
         path.write_text(source)
         print(path, flush=True)
-        if args.two_kernels:
-            one = "one = NSPLIT == 1 and o.stride(3) == 1"
-            if source.count(one) != 1:
-                raise SystemExit(f"{path}: no launch of one split to turn off")
-            path = out / f"dec_bn{bn}_st{stages}_two.py"
-            path.write_text(source.replace(one, "one = False"))
+        for variant in args.variants:
+            text = source
+            for part in variant.split("+"):
+                for old, new in VARIANTS[part]:
+                    if text.count(old) != 1:
+                        raise SystemExit(f"{path}: variant {part}: {old!r} occurs {text.count(old)} times, not once")
+                    text = text.replace(old, new)
+            path = out / f"dec_bn{bn}_st{stages}_{variant.replace('+', '_')}.py"
+            path.write_text(text)
             print(path, flush=True)
 
 
@@ -87,10 +99,12 @@ def time_modules(args: argparse.Namespace) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
+    from attnforge.splits import split_count
+
     ab = Path(args.ab)
     mods = {p.stem: _module(p) for p in sorted(ab.glob("dec_*.py"))}
     sm = torch.cuda.get_device_properties(0).multi_processor_count
-    results = []
+    results: list[dict] = []
     for r, (B, Hq, Hkv, Sk) in ROWS.items():
         q, k, v, scale, gbytes, ref = row_inputs(B, Hq, Hkv, Sk)
 
@@ -102,12 +116,12 @@ def time_modules(args: argparse.Namespace) -> None:
             for per_sm in args.per_sm:
                 o = torch.empty_like(q)
                 lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
-                # the split rule fills 2 programs per SM: an SM count scaled by per_sm / 2 aims it at per_sm
-                mod.program_slots = lambda dev, per_sm=per_sm: max(1, per_sm * sm // 2)
-                nsplit = mod.split_count(B * Hkv, -(-Sk // mod.DESC_BLOCKS['k'][2]), mod.program_slots(q.device))
+                nsplit = split_count(B * Hkv, -(-Sk // mod.DESC_BLOCKS['k'][2]), sm, per_sm)
 
                 def call(mod=mod, o=o, lse=lse, per_sm=per_sm):
-                    mod.program_slots = lambda dev: max(1, per_sm * sm // 2)
+                    # the split rule aimed at per_sm programs per SM, whatever the TL's launch line says (the graph
+                    # records the launches of this one call)
+                    mod.split_count = lambda programs, tiles, sms, _per_sm=None: split_count(programs, tiles, sms, per_sm)
                     mod.launch(q, k, v, o, lse, scale=scale, checked=True)
                 call()
                 torch.cuda.synchronize()
@@ -142,7 +156,7 @@ def main() -> None:
     b = sub.add_parser("build", help="write AB/dec_bnBN_stST.py for each candidate (CPU)")
     b.add_argument("--out", required=True)
     b.add_argument("--cand", nargs="+", default=DEFAULT_CANDS, help="BN,stages pairs")
-    b.add_argument("--two-kernels", action="store_true", help="also each module launching both kernels at one split")
+    b.add_argument("--variants", nargs="*", default=[], choices=None, help=f"also each module rewritten: {', '.join(VARIANTS)}, or several joined by +")
     t = sub.add_parser("time", help="check and time every module in AB (GPU)")
     t.add_argument("ab")
     t.add_argument("--per-sm", type=int, nargs="+", default=[1, 2, 4])

@@ -523,7 +523,7 @@ def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster(
     (dict(head_dim=128, head_dim_v=64), 0), (dict(head_dim=256, head_dim_v=128), 0)
 ], ids=["d64", "d128-4k", "d128-4k-causal", "d128-window", "d128-16k", "d128-16k-causal", "d256-16k", "d128-dv64", "d256-dv128"])
 def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
-    """``ostage``: 1 (a staging tile) at D = Dv = 64, and at D = Dv = 128 in place of the ring's third slot without a mask
+    """``ostage``: 1 (a staging tile, beside a 4-slot ring, then the 3-slot one) at D = Dv = 64, and at D = Dv = 128 in place of the ring's third slot without a mask
     up to 4k keys (run 10) and under the causal mask at every length (run 11); 2 (through Qs, D = Dv) above 64 elsewhere
     but not at D = 128 past 4k keys without a mask (bench/RESULTS.md runs 7 and 8); never on sm_100. At D = 128 the staging tile's fallback is the 3-slot ring with O through Qs; the last
     fallbacks store O from registers, and are not persistent where only O through Qs made a persistent kernel fit."""
@@ -535,6 +535,11 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
         assert cands[0].params["stages"] == 2 and cands[1].params["stages"] == _FIRST[128]["stages"]
         assert cands[1].params.get("ostage", 0) == (2 if kw["seqlen_k"] <= 4096 else 0)  # the 3-slot ring as measured before
         cands = cands[1:]
+    if ostage == 1 and kw["head_dim"] == 64:  # without a mask a 4-slot ring beside the staging tile (run 12), then the 3-slot one with it
+        assert cands[0].params["stages"] == 4 and cands[1].params == {**cands[0].params, "stages": _FIRST[64]["stages"]}
+        cands = cands[1:]
+        causal = hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", causal=True, **kw), H200)
+        assert causal[0].params["stages"] == _FIRST[64]["stages"] and causal[0].params["ostage"] == 1  # not measured under a mask
     assert all("ostage" not in c.params for c in cands[1:])
     assert "ostage" not in hopper_candidates(AttentionSpec(heads=16, dtype="bf16", **kw), get_target("b200"))[0].params
 

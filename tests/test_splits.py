@@ -51,3 +51,56 @@ def test_the_runtime_and_the_interpreter_apply_the_one_rule() -> None:
     import torch
 
     assert launching.program_slots(torch.device("cpu")) == INTERPRETER_SM_COUNT
+
+
+@settings(max_examples=500, deadline=None)
+@given(programs=st.integers(1, 10**6), tiles=st.integers(1, 10**6), sms=st.integers(1, 1000), per_sm=st.integers(1, 32))
+def test_split_count_aims_at_the_programs_per_sm_asked(programs: int, tiles: int, sms: int, per_sm: int) -> None:
+    """``per_sm`` programs per SM (TL's third argument of splits): the default is 2, and aiming at more never takes fewer splits."""
+    n = split_count(programs, tiles, sms, per_sm)
+    wanted = math.ceil(per_sm * sms / programs)
+    assert n >= min(wanted, tiles, MAX_SPLITS) and (n == 1 or n < 2 * wanted)
+    assert split_count(programs, tiles, sms, per_sm + 1) >= n
+    assert split_count(programs, tiles, sms) == split_count(programs, tiles, sms, 2)
+
+
+def test_a_launch_line_says_its_programs_per_sm() -> None:
+    """``launch NSPLIT = splits(P, T, 1)``: parsed, printed back (the default 2 left out), refused outside 1..32
+    with the position of the number, applied by the interpreter, and compared by TL110 between the kernels."""
+    import pytest
+
+    from attnforge.errors import TLSyntaxError
+    from attnforge.splits import DEFAULT_PER_SM, MAX_PER_SM
+    from attnforge.tl import parse, print_program
+
+    one = parse("kernel a\nlaunch NSPLIT = splits(B * Hkv, cdiv(Sk, BN), 1)\n")
+    assert one.kernels[0].launch[0].per_sm == 1 and "splits(B * Hkv, cdiv(Sk, BN), 1)" in print_program(one)
+    default = parse("kernel a\nlaunch NSPLIT = splits(B * Hkv, cdiv(Sk, BN))\n")
+    assert default.kernels[0].launch[0].per_sm == DEFAULT_PER_SM and "cdiv(Sk, BN))" in print_program(default)
+    assert parse(print_program(one)) == one and one != default
+    for bad in (0, MAX_PER_SM + 1):
+        with pytest.raises(TLSyntaxError, match="programs per SM") as err:
+            parse(f"kernel a\nlaunch NSPLIT = splits(B, Sk, {bad})\n")
+        assert (err.value.where.line, err.value.where.col) == (2, 31)  # the number
+
+
+def test_the_hopper_decode_aims_at_one_program_per_sm_and_its_launcher_says_so() -> None:
+    from attnforge import AttentionSpec, get_target
+    from attnforge.backends import get_backend
+    from attnforge.plan.hopper import hopper_plans
+    from attnforge.tl.checker import check
+
+    spec = AttentionSpec(batch=8, heads=32, kv_heads=8, head_dim=128, dtype="bf16", seqlen_q=1, seqlen_k=32768)
+    plan = next(hopper_plans(spec, get_target("h200")))
+    assert plan.source.count("cdiv(Sk, BN), 1)") == 2  # the partial and the combine kernel alike (TL110)
+    assert "NSPLIT=4 at B=8" in plan.reasons[0] and "about once" in plan.reasons[0]
+    source = get_backend("gluon").translate(plan.program, head_dim=128, head_dim_v=128).source
+    assert "program_slots(q.device), 1)" in source
+    # a combine kernel whose rule aims elsewhere gives another split count: TL110
+    text = plan.source
+    last = text.rfind("cdiv(Sk, BN), 1)")
+    mixed = text[:last] + "cdiv(Sk, BN))" + text[last + len("cdiv(Sk, BN), 1)"):]
+    from attnforge.tl import parse
+
+    result = check(parse(mixed), get_target("h200"), head_dim=128, head_dim_v=128)
+    assert any(f.code == "TL110" for f in result.errors)

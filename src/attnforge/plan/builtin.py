@@ -24,7 +24,7 @@ from ..abi import scalar_values
 from ..dtypes import FORMATS, KERNEL_DTYPES
 from ..errors import SpecError, TLCheckError, TLSyntaxError
 from ..spec import AttentionSpec
-from ..splits import split_count
+from ..splits import DEFAULT_PER_SM, split_count
 from ..targets import Target, tma_can_read
 from ..tl import nodes as n
 from ..tl.checker import check
@@ -300,11 +300,11 @@ _PROGRAMS = "B * Hq * cdiv(Sq, BM)"
 _PACKED_PROGRAMS = f"B * Hkv * cdiv({_PACKED_ROWS}, BM)"
 
 
-def _split_launch(programs: str) -> str:
+def _split_launch(programs: str, per_sm: int) -> str:
     """The split count as a launch-time value: the host computes it per call from the real sizes
-    and the device's SM count (``attnforge.splits.split_count``), so one kernel serves every
-    batch and KV length. Both kernels declare it alike and share it."""
-    return f"launch NSPLIT = splits({programs}, cdiv(Sk, BN))"
+    and the device's SM count (``attnforge.splits.split_count``, aiming at ``per_sm`` programs per SM),
+    so one kernel serves every batch and KV length. Both kernels declare it alike and share it."""
+    return f"launch NSPLIT = splits({programs}, cdiv(Sk, BN){'' if per_sm == DEFAULT_PER_SM else f', {per_sm}'})"
 
 
 def _combine_params(spec: AttentionSpec, params: dict[str, int]) -> dict[str, int]:
@@ -337,17 +337,18 @@ class SplitKVLayout:
         return f"grid {self.rows}, {self.heads}, s : NSPLIT" if rows_first else f"grid {self.heads}, s : NSPLIT, {self.rows}"
 
 
-def split_kv_layout(spec: AttentionSpec, packed: bool) -> SplitKVLayout:
+def split_kv_layout(spec: AttentionSpec, packed: bool, per_sm: int = DEFAULT_PER_SM) -> SplitKVLayout:
     """The split-KV layout for ``spec``: split s of NSPLIT takes the s-th equal share of the key
-    tiles its row block can see (``visible_tiles``); ``packed`` as ``packs_gqa``."""
+    tiles its row block can see (``visible_tiles``); ``packed`` as ``packs_gqa``; ``per_sm``: the
+    programs per SM the split count aims at."""
     first, last = visible_tiles(spec, packed)
     share = f"cdiv(max(0, {last} - {first}), NSPLIT)"
     lo, hi = f"{first} + s * {share}", f"min({last}, {first} + (s + 1) * {share})"
     if packed:
-        return SplitKVLayout(packed, lo, hi, _split_launch(_PACKED_PROGRAMS), heads="b : B, hk : Hkv", rows=f"m : cdiv({_PACKED_ROWS}, BM)",
+        return SplitKVLayout(packed, lo, hi, _split_launch(_PACKED_PROGRAMS, per_sm), heads="b : B, hk : Hkv", rows=f"m : cdiv({_PACKED_ROWS}, BM)",
                              scratch=("scratch o_part (B, NSPLIT, Hq, Sq, Dv) : acc", "scratch lse_part (B, NSPLIT, Hq, Sq) : acc"),
                              o_part=f"o_part[b, s, {_GROUP_HEAD}]", lse_part=f"lse_part[b, s, {_GROUP_HEAD}]")
-    return SplitKVLayout(packed, lo, hi, _split_launch(_PROGRAMS), heads="b : B, h : Hq", rows="m : cdiv(Sq, BM)",
+    return SplitKVLayout(packed, lo, hi, _split_launch(_PROGRAMS, per_sm), heads="b : B, h : Hq", rows="m : cdiv(Sq, BM)",
                          scratch=("scratch o_part (B, Hq, NSPLIT, Sq, Dv) : acc", "scratch lse_part (B, Hq, NSPLIT, Sq) : acc"),
                          o_part="o_part[b, h, s]", lse_part="lse_part[b, h, s]")
 
@@ -545,10 +546,11 @@ def _prefill_candidates(spec: AttentionSpec, target: Target, mma: str = "target"
     return out
 
 
-def split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int) -> str:
+def split_reason(spec: AttentionSpec, target: Target, programs: int, per_program: str, bn: int, per_sm: int = DEFAULT_PER_SM) -> str:
     """Why the split count is what it is: the rule, and what it gives for the spec's own sizes."""
-    splits = split_count(programs, math.ceil(spec.seqlen_k / bn), target.sm_count)
-    return (f"split-KV with NSPLIT chosen at launch so {per_program}*NSPLIT programs cover the GPU's SMs about twice "
+    splits = split_count(programs, math.ceil(spec.seqlen_k / bn), target.sm_count, per_sm)
+    times = {1: "once", 2: "twice"}.get(per_sm, f"{per_sm} times")
+    return (f"split-KV with NSPLIT chosen at launch so {per_program}*NSPLIT programs cover the GPU's SMs about {times} "
             f"(at most one split per K/V tile, 64, a power of two): NSPLIT={splits} at B={spec.batch}, Sk={spec.seqlen_k} on {target.name}'s "
             f"{target.sm_count} SMs")
 

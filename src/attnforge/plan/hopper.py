@@ -71,6 +71,17 @@ def _o_staged(spec: AttentionSpec) -> bool:
     return spec.head_dim == 128 and not windowed and (spec.causal or spec.seqlen_k <= 4096)
 
 
+# D = Dv = 64 with O's staging tile and no mask: the ring takes a fourth slot (164 KiB of shared memory with Q and
+# the tile). Measured on the H200 against the 3-slot ring (bench/RESULTS.md, 2026-12-02 run 12, bf16, persistent):
+# +4.8% at 1k x 1k, +3.2% at 1k x 2k, +1.2% at 1k x 4k, +1.8% at 4k x 4k; a work tile's fixed cost 1.62 -> 1.10 us.
+# Under a mask (causal, window, mask_mod) not measured: 3 slots, as before.
+_D64_STAGED_STAGES = 4
+
+
+def _masked(spec: AttentionSpec) -> bool:
+    return spec.causal or spec.window_left is not None or spec.window_right is not None or spec.mask_mod is not None
+
+
 def _o_through_q(spec: AttentionSpec) -> bool:
     """Whether O goes out through Q's shared tile (``ostage = 2``, docs/TL.md section 11.5) where a staging tile of
     its own does not fit (D = Dv above 64). Measured on the H200 against the same kernels storing O from registers
@@ -116,13 +127,19 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         if _o_staged(spec):
             if spec.head_dim > 64:
                 first["stages"] = 2
+            elif not _masked(spec):
+                first["stages"] = _D64_STAGED_STAGES
             first["ostage"] = 1
-            why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else "")
+            why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else
+                                                               f" beside a {first['stages']}-slot ring")
         elif _o_through_q(spec):
             first["ostage"] = 2
             why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
     out = [Candidate(first, why)]
-    if first.get("ostage") == 1 and first["stages"] != _FIRST[key]["stages"]:
+    if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
+        first = {**first, "stages": _FIRST[key]["stages"]}
+        out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))
+    if first.get("ostage") == 1 and first["stages"] < _FIRST[key]["stages"]:  # D = 128: the staging tile's slot back to the ring
         first = {**first, "stages": _FIRST[key]["stages"]}
         del first["ostage"]
         if _o_through_q(spec):
@@ -239,6 +256,11 @@ def _load_role(first: str, last: str, q_async: bool, k_apart: bool = True) -> li
 # launches about two per SM): measured slower than Triton's decode on short KV (bench/RESULTS.md).
 _DECODE_RING_BYTES = 96 * 1024
 _DECODE_MAX_STAGES = 8
+# The split count aims at one program per SM, not the portable form's two: with its ring the one program keeps
+# enough K/V in flight, and fewer splits are less merge work. Measured on the H200 (bench/RESULTS.md, 2026-12-02
+# run 12, two device calls alike): 8 x 32/8 x 32k keys 0.961x -> 0.980x cuDNN (NSPLIT 8 -> 4: the partial kernel
+# 248 -> 243 us, the combine 7.5 -> 5.0 us); 64 x 32/8 x 4k keys takes one split either way.
+_DECODE_PER_SM = 1
 
 
 def hopper_decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
@@ -253,7 +275,7 @@ def hopper_decode_candidates(spec: AttentionSpec, target: Target) -> list[Candid
     programs = spec.batch * (spec.kv_heads if packed else spec.heads) * -(-rows // 64)
     what = f"packed GQA ({spec.group_size} query heads x Sq={spec.seqlen_q} as the rows)" if packed else "decode"
     why = (f"Hopper-form {what}: a load warp keeps a {stages}-slot K/V ring in flight for one compute warpgroup (wgmma M = 64); "
-           + split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn))
+           + split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn, _DECODE_PER_SM))
     out = [Candidate(dict(BM=64, BN=bn, warps=4, stages=stages), why)]
     p = dict(out[0].params)
     while p["stages"] > 2 or p["BN"] > 32:
@@ -266,7 +288,7 @@ def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
     """Split-KV decode in the Hopper form: the partial kernel (program s of a row block takes the
     s-th share of the visible K/V tiles through the ring and stores its normalised O and LSE in
     scratch) and the combine kernel (the portable form: it only reads scratch), as ``builtin``'s."""
-    layout = split_kv_layout(spec, packs_gqa(spec))
+    layout = split_kv_layout(spec, packs_gqa(spec), _DECODE_PER_SM)
     lines = [f"# Decode attention for {spec.describe()}, planned for {target.name} by attnforge's built-in planner (Hopper form).",
              "# Split-KV: NSPLIT programs per row block (chosen at launch) each stream a share of the visible K/V tiles",
              "# through a TMA ring into one compute warpgroup and store a partial output and log-sum-exp; the second",

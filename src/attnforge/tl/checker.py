@@ -76,7 +76,7 @@ def _launch_values(kc: KernelCheck, launches: dict[str, tuple[n.Kernel, tuple]],
     numbers (TL110)."""
     env = dict(kc.env)  # the rule reads no launch-time value, not even an earlier one
     for v in kc.k.launch:
-        args = (kc.value(v.programs, env, f"program count of {v.name}"), kc.value(v.tiles, env, f"K/V tile count of {v.name}"))
+        args = (kc.value(v.programs, env, f"program count of {v.name}"), kc.value(v.tiles, env, f"K/V tile count of {v.name}"), v.per_sm)
         earlier = launches.get(v.name)
         if earlier is not None and earlier[0] is not kc.k and None not in args + earlier[1] and args != earlier[1]:
             kc.add("TL110", v, f"launch {v.name} = splits{args} here, but splits{earlier[1]} in kernel {earlier[0].name} (probe {probe_index + 1})",

@@ -144,7 +144,7 @@ class _Kernel(RoleSteps):
             else:
                 programs = self.ev_int(v.programs, self.env, f"the program count of launch {v.name}")
                 tiles = self.ev_int(v.tiles, self.env, f"the K/V tile count of launch {v.name}")
-                values[v.name] = split_count(programs, tiles, sm_count)
+                values[v.name] = split_count(programs, tiles, sm_count, v.per_sm)
         return values
 
     # -- grid

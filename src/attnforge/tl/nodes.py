@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from ..errors import Position
+from ..splits import DEFAULT_PER_SM
 
 # ---------------------------------------------------------------- expressions
 
@@ -77,13 +78,15 @@ class Param(Node):
 
 @dataclass(frozen=True)
 class Launch(Node):
-    """``launch NAME = splits(PROGRAMS, TILES)``: an integer the host computes when the kernel is
+    """``launch NAME = splits(PROGRAMS, TILES[, PER_SM])``: an integer the host computes when the kernel is
     launched, by the split-KV rule (``attnforge.splits.split_count``) from the number of programs
-    per split, the K/V tiles and the device's SM count. Not known when the kernel is compiled."""
+    per split, the K/V tiles, the device's SM count and the programs per SM it aims at (default 2).
+    Not known when the kernel is compiled."""
 
     name: str
     programs: "Expr"
     tiles: "Expr"
+    per_sm: int = DEFAULT_PER_SM
 
 
 @dataclass(frozen=True)

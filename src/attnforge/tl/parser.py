@@ -13,6 +13,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 
 from ..errors import AttnforgeError, Position, TLSyntaxError, shorten
 from . import nodes as n
+from ..splits import DEFAULT_PER_SM, MAX_PER_SM
 from .limits import MAX_EXPR_DEPTH, MAX_LOOP_DEPTH, MAX_SOURCE_BYTES
 
 # Sizes are far below 10**100; a longer literal is a mistake (and Python's int() refuses 4300+ digits).
@@ -153,8 +154,11 @@ class _Build(Transformer):
 
     @v_args(meta=True)
     def launch_h(self, meta, items):
-        name, programs, tiles = items
-        return ("launch", (n.Launch(str(name), programs, tiles, **_at(meta)),))
+        name, programs, tiles, per_sm = items
+        if per_sm is not None and not 1 <= int(per_sm) <= MAX_PER_SM:
+            self._fail(per_sm, f"launch {name} = splits(..., {per_sm}): the programs per SM the split rule aims at are 1 to {MAX_PER_SM}",
+                       "leave it out for the default, 2 programs per SM")
+        return ("launch", (n.Launch(str(name), programs, tiles, DEFAULT_PER_SM if per_sm is None else int(per_sm), **_at(meta)),))
 
     def scalar_h(self, items):
         return ("scalars", tuple(str(t) for t in items))

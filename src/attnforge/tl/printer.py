@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..splits import DEFAULT_PER_SM
 from . import nodes as n
 
 # Binding strength of each binary operator (higher binds tighter); unary minus binds above all.
@@ -164,7 +165,8 @@ def kernel(k: n.Kernel) -> list[str]:
     if k.params:
         lines.append("param " + ", ".join(p.name if p.value is None else f"{p.name} = {p.value}" for p in k.params))
     for v in k.launch:
-        lines.append(f"launch {v.name} = splits({expr(v.programs)}, {expr(v.tiles)})")
+        per_sm = "" if v.per_sm == DEFAULT_PER_SM else f", {v.per_sm}"
+        lines.append(f"launch {v.name} = splits({expr(v.programs)}, {expr(v.tiles)}{per_sm})")
     if k.scalars:
         lines.append("scalar " + ", ".join(k.scalars))
     if k.grid:

@@ -25,7 +25,7 @@ import torch
 from ...abi import ARG_SHAPES, SIZE_ARGS, check_scalars, new_outputs
 from ...dtypes import torch_dtype
 from ...errors import AttnforgeError, CompileError, LaunchError
-from ...splits import device_sm_count, split_count
+from ...splits import DEFAULT_PER_SM, device_sm_count, split_count
 from ..triton.runtime import check_arguments, window_bound  # plain Python (no triton import): the ABI's argument checks
 from .compile import PATHS, arch_of, compile_cubin
 from .module import read_meta
@@ -49,7 +49,7 @@ def launch_values(meta: dict, sizes: dict[str, int], sm_count: int) -> dict[str,
     values: dict[str, int] = {}
     for v in meta.get("launch", []):
         env = {**sizes, **values}
-        values[v["name"]] = split_count(_host_int(v["programs"], env), _host_int(v["tiles"], env), sm_count)
+        values[v["name"]] = split_count(_host_int(v["programs"], env), _host_int(v["tiles"], env), sm_count, v.get("per_sm", DEFAULT_PER_SM))
     return values
 
 

@@ -85,7 +85,7 @@ def host_facts(program: n.Program, head_dim: int, head_dim_v: int, file: str | N
                 raise TranslateError(f"{kernel.name}: the launch-time value {v.name!r} clashes with a size, scalar, parameter or scratch name",
                                      where=Position(v.line, v.col, file), hint="rename it in the TL program (NSPLIT, say)")
             if all(x["name"] != v.name for x in launch):
-                launch.append({"name": v.name, "programs": exprs.host(v.programs, ctx), "tiles": exprs.host(v.tiles, ctx)})
+                launch.append({"name": v.name, "programs": exprs.host(v.programs, ctx), "tiles": exprs.host(v.tiles, ctx), "per_sm": v.per_sm})
         ctx.names.update({x["name"]: x["name"] for x in launch})
         for sc in kernel.scratch:
             if all(x["name"] != sc.name for x in scratch):

@@ -250,7 +250,7 @@ def _split_kv_setup(m: Writer, one_split: int | None) -> None:
     for v in m.hk.kernel.launch:
         check_host_name(v, m.hk.kernel, {"grid", *(sc.name for sc in m.hk.kernel.scratch)}, m.file)
         m.emit(f"# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)", 1)
-        m.emit(f"{v.name} = split_count({host(v.programs, hctx)}, {host(v.tiles, hctx)}, program_slots(q.device))", 1)
+        m.emit(f"{v.name} = split_count({host(v.programs, hctx)}, {host(v.tiles, hctx)}, program_slots(q.device), {v.per_sm})", 1)
     formats = m.hk.kernel.dtype_map()
     indent = 1
     if one_split is not None:

@@ -114,7 +114,7 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
                 computed.add(v.name)
                 check_host_name(v, kernel, {k.name for k in program.kernels} | {sc.name for k in program.kernels for sc in k.scratch}, file)
                 lines.append(f"{INDENT}# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)")
-                lines.append(f"{INDENT}{v.name} = split_count({exprs.host(v.programs, ctx)}, {exprs.host(v.tiles, ctx)}, program_slots(q.device))")
+                lines.append(f"{INDENT}{v.name} = split_count({exprs.host(v.programs, ctx)}, {exprs.host(v.tiles, ctx)}, program_slots(q.device), {v.per_sm})")
         ctx.names.update({name: name for name in computed})
         for sc in kernel.scratch:
             if sc.name in info.tensors and sc.name not in allocated:
