@@ -715,24 +715,28 @@ def test_decode_compiles_for_sm90a_as_a_split_kv_pair(key, tmp_path):
     for needle in ("NSPLIT = split_count(", "o_part = scratch(torch.empty((", "@triton.jit", "def attn_decode_combine(",
                    "launch_kernel(attn_decode_partial, grid, (k_desc, v_desc, ", "slots=slots, index=1)",
                    "# TL: Copy Q (BM, D) at [m, 0] from global to shared Qs", "fence_async_shared()",
-                   "ONE_SPLIT = True", "one = NSPLIT == 1 and o.stride(3) == 1", "slots=slots, index=2 if one else 0)"):
+                   "one = NSPLIT == 1 and o.stride(3) == 1", "slots=slots, index=2 if one else 0)", "    if not one:\n"):
         assert needle in source, needle
     assert ("h_idx = " in source) == (spec.group_size > 1)  # packed GQA: each row's head
 
 
-def _edit_merge(program, old: str, new: str):
+def _edit(program, old: str, new: str, kernel: int):
+    """``program`` with ``old`` replaced by ``new`` in the text of its ``kernel``-th kernel only."""
+    from attnforge.tl import nodes
     from attnforge.tl.printer import print_program
 
-    text = print_program(program)
-    assert text.count(old) >= 1, old
-    return parse(text.replace(old, new))
+    texts = [print_program(nodes.Program((k,))) for k in program.kernels]
+    assert old in texts[kernel], old
+    texts[kernel] = texts[kernel].replace(old, new)
+    return parse("\n".join(texts))
 
 
 @pytest.mark.parametrize("key", sorted(DECODE_SPECS))
 def test_a_launch_of_one_split_skips_the_merge_only_when_it_is_the_planners(key):
     """plan.builtin.one_split_axis: the planner's split-KV pairs (the Hopper form's and the portable
-    form's, packed or not) merge one split as it is; a second kernel that merges otherwise, or scratch laid out
-    otherwise, does not qualify, and the gluon module then launches both kernels at every split count."""
+    form's, packed or not) merge one split as it is; a second kernel that merges otherwise, or a first kernel
+    whose epilogue is not the planner's (a row without keys might then store other than 0), does not qualify,
+    and the gluon module then launches both kernels at every split count."""
     from attnforge.plan.builtin import one_split_axis, source_for
 
     spec = DECODE_SPECS[key]
@@ -740,14 +744,15 @@ def test_a_launch_of_one_split_skips_the_merge_only_when_it_is_the_planners(key)
     portable = parse(source_for(spec, H200, "decode", dict(BM=16, BN=64, warps=4, stages=2)))
     axis = 1 if spec.group_size > 1 else 2  # the split's index: after the batch (packed rows), or after the head
     assert one_split_axis(hopper) == axis and one_split_axis(portable) == axis
-    edits = [("    Compute Add O_acc, o_w", "    Compute Add O_acc, o_s"),  # the weight left out
-             ("Compute Normalize O_acc by l_i and get O_r", "Compute Multiply O_acc, 2.0 and get O_r"),
-             ("Allocate m_i in register (BM) : acc = -inf\nAllocate l_i", "Allocate m_i in register (BM) : acc = 0\nAllocate l_i")]
-    for old, new in edits:
-        edited = _edit_merge(hopper, old, new)
-        assert one_split_axis(edited) is None, old
-    source = gluon.translate(_edit_merge(hopper, *edits[0]), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
-    assert "ONE_SPLIT = False" in source and "one = NSPLIT" not in source and "index=1)" in source
+    edits = [("    Compute Add O_acc, o_w", "    Compute Add O_acc, o_s", 1),  # the merge's weight left out
+             ("Compute Normalize O_acc by l_i and get O_r", "Compute Multiply O_acc, 2.0 and get O_r", 1),
+             ("Allocate m_i in register (BM) : acc = -inf\nAllocate l_i", "Allocate m_i in register (BM) : acc = 0\nAllocate l_i", 1),
+             ("Compute Normalize O_acc by l_i and get O_r", "Compute Multiply O_acc, 2.0 and get O_r", 0)]  # the partial's epilogue
+    for old, new, kernel in edits:
+        for program in (hopper, portable):
+            assert one_split_axis(_edit(program, old, new, kernel)) is None, (old, kernel)
+    source = gluon.translate(_edit(hopper, *edits[0]), head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    assert "one = NSPLIT" not in source and "slots=slots)" in source and "index=1)" in source
 
 
 @pytest.mark.parametrize("spec,shape", [

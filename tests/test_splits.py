@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,9 +67,7 @@ def test_split_count_aims_at_the_programs_per_sm_asked(programs: int, tiles: int
 
 def test_a_launch_line_says_its_programs_per_sm() -> None:
     """``launch NSPLIT = splits(P, T, 1)``: parsed, printed back (the default 2 left out), refused outside 1..32
-    with the position of the number, applied by the interpreter, and compared by TL110 between the kernels."""
-    import pytest
-
+    with the position of the number."""
     from attnforge.errors import TLSyntaxError
     from attnforge.splits import DEFAULT_PER_SM, MAX_PER_SM
     from attnforge.tl import parse, print_program

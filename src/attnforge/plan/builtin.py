@@ -424,10 +424,11 @@ def _combine(o_shape: str, lse_shape: str, o_at: str, lse_at: str, o_part_at: st
 
 def one_split_axis(program: n.Program) -> int | None:
     """Where ``program`` is a split-KV pair whose second kernel is this planner's merge (``_combine``) of
-    exactly the scratch views its first kernel stores, and that scratch is o's and lse's shape, (B, Hq, Sq, Dv)
-    and (B, Hq, Sq), with the split's index inserted as one more dimension: that dimension's position.
-    The merge of one split returns that split's partial result as it is (its weight is exp(lse - lse) = 1,
-    the sum of weights 1, and a row that saw no key stays 0 with LSE -inf), so a launch of NSPLIT = 1 may
+    exactly the scratch views its first kernel stores with this planner's epilogue (``EPILOGUE``), and that
+    scratch is o's and lse's shape, (B, Hq, Sq, Dv) and (B, Hq, Sq), with the split's index inserted as one
+    more dimension: that dimension's position. The merge of one split returns that split's partial result
+    as it is (its weight is exp(lse - lse) = 1, the sum of weights 1; a row that saw no key, LSE -inf, is 0
+    in the merge and in the epilogue's Normalize alike), so a launch of NSPLIT = 1 may
     let the partial kernel store O (in o's format) and the LSE straight into ``o`` and ``lse`` (views of them
     with that dimension added) and skip the second kernel: the same values, one launch and one round trip
     through scratch fewer. None for any other program: a second kernel that is not the planner's merge
@@ -448,7 +449,7 @@ def one_split_axis(program: n.Program) -> int | None:
     rows = (n.Name("B"), n.Name("Hq"), n.Name("Sq"))
     o_shape, lse_shape = scratch[o_view.tensor].shape, scratch[lse_view.tensor].shape
     axis = next((i for i, e in enumerate(lse_shape) if e == split.extent), None)
-    if (axis is None or axis >= len(lse_view.offset) or lse_shape[:axis] + lse_shape[axis + 1:] != rows
+    if (axis is None or lse_shape[:axis] + lse_shape[axis + 1:] != rows
             or o_shape[:axis] + o_shape[axis + 1:] != (*rows, n.Name("Dv")) or o_shape[axis] != split.extent
             or any(len(v.offset) <= axis or v.offset[axis] != n.Name(split.name) for v in views)):
         return None
@@ -463,11 +464,19 @@ def one_split_axis(program: n.Program) -> int | None:
     lines = _combine(shape(o_view), shape(lse_view), at(o_view, "o", False), at(lse_view, "lse", False),
                      at(o_view, o_view.tensor, True), at(lse_view, lse_view.tensor, True))
     lines = [line.replace("for s = 0 : NSPLIT", f"for {split.name} = 0 : {show_expr(split.extent)}") for line in lines]
+    epilogue = [line.replace("global O", f"global {o_view.name}").replace("global LSE", f"global {lse_view.name}") for line in EPILOGUE]
     try:
-        canonical = parse("kernel merge\n" + "\n".join(lines) + "\n").kernels[0].body
+        canonical, stores = (parse("kernel k\n" + "\n".join(text) + "\n").kernels[0].body for text in (lines, epilogue))
     except TLSyntaxError:  # a view's expression that does not print back as TL: not the planner's merge
         return None
-    return axis if merge.body == canonical else None
+    return axis if merge.body == canonical and _holds_run(partial.body, stores) else None
+
+
+def _holds_run(body: tuple[n.Stmt, ...], run: tuple[n.Stmt, ...]) -> bool:
+    """Whether ``run`` stands, statement for statement, in ``body`` or in a block inside it."""
+    if any(body[i:i + len(run)] == run for i in range(len(body) - len(run) + 1)):
+        return True
+    return any(_holds_run(s.body, run) for s in body if isinstance(s, (n.Loop, n.Role)))
 
 
 # ------------------------------------------------------------------------------ parameters

@@ -304,7 +304,7 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_decode_packed_row_head_lost", "hopper_decode", "kernel",
            r"q_ptrs = q_base \+ gl\.expand_dims\(\(q_rows % \(\(Hq // Hkv\)\)\) \* sq_h \+ ", "q_ptrs = q_base + gl.expand_dims(",
            "the packed rows' query heads are lost in the copy of Q: every row of a position reads the group's first head"),
-    # a launch of one split stores into o and lse itself (emit's ONE_SPLIT): taken for any split count, the splits race on o
+    # a launch of one split stores into o and lse itself (emit's _split_kv_setup): taken for any split count, the splits race on o
     Mutant("gluon_decode_one_split_for_every_count", "hopper_decode", "kernel", r"one = NSPLIT == 1 and o\.stride\(3\) == 1",
            "one = o.stride(3) == 1",
            "the partial kernel stores into o and lse at every split count: each split's partial result overwrites the others', unmerged"),

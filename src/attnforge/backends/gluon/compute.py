@@ -422,7 +422,7 @@ def _q_buffer(m: Writer) -> str:
 
 def _stored_as(m: Writer) -> str:
     """O goes out in the output format; a split-KV kernel's partial O in its scratch's (acc: fp32), or in o's
-    where a launch of one split stores into o itself (emit's ``ONE_SPLIT``)."""
+    where a launch of one split stores into o itself (emit's ``_split_kv_setup``)."""
     tensor = m.outputs()[0][0]
     return ".to(DTYPE)" if tensor == "o" else f".to({tensor}.dtype.element_ty)"
 

@@ -244,7 +244,7 @@ def _split_kv_setup(m: Writer, one_split: int | None) -> None:
     device) and the scratch the pair shares, fresh for each call. ``one_split``: the combine kernel is
     the built-in merge and the scratch's split index is this dimension (``plan.builtin.one_split_axis``),
     so a launch of one split has the partial kernel store into o and lse themselves (views of them with
-    that dimension added) and no combine kernel runs (``ONE_SPLIT``)."""
+    that dimension added) and no combine kernel runs."""
     hctx = host_ctx(m)
     m.emit("D, Dv = q.shape[3], v.shape[3]", 1)
     for v in m.hk.kernel.launch:
@@ -409,8 +409,6 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
         f"KERNEL = {kernel.name!r}",
         *(["SPLIT_KV = True  # two kernels: attention()'s dispatch cache does not replay them (not yet run on a GPU)"] if combine is not None else []),
-        *([f"ONE_SPLIT = {one_split is not None}  # a launch of one split runs the partial kernel alone, storing into o and lse (the merge of one split is itself)"]
-          if combine is not None else []),
         f"ARCH = {arch!r}  # the GPU family the kernel is written for (compile checks the target against it)",
         f"HEAD_DIM = {head_dim}",
         f"HEAD_DIM_V = {head_dim_v}",
