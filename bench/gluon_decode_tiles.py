@@ -6,9 +6,9 @@ graph and the replays timed (do_bench median, rounds in turns); one profiled rep
 time between the partial and the combine kernel. An exploration tool like bench/cuda_decode_tiles.py.
 
     # on the CPU (PYTHONPATH picks the source tree; --variants adds each module rewritten, VARIANTS below):
-    PYTHONPATH=src python3 bench/gluon_decode_tiles.py build --out AB [--cand 64,3 ...] [--variants two pipe+bm16 ...]
+    PYTHONPATH=src python3 bench/gluon_decode_tiles.py build --out AB [--cand 64,3 ...] [--label NAME_] [--variants two pipe+bm16 ...]
     # on the GPU machine:
-    PYTHONPATH=src:.gpu_deps python3 bench/gluon_decode_tiles.py time AB [--per-sm 1 2 4]
+    PYTHONPATH=src:.gpu_deps python3 bench/gluon_decode_tiles.py time AB [--per-sm 1 2 4] [--eager]
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ DEFAULT_CANDS = ["64,2", "64,3", "64,4", "64,6", "128,2", "128,3", "32,4", "32,6
 VARIANTS = {  # rewrites of a module (experiments, not the emitter's output)
     # the launch of one split running both kernels, as before the partial kernel stored into o and lse itself
     "two": [("one = NSPLIT == 1 and o.stride(3) == 1", "one = False")],
+    # the partial kernel at 128 registers a thread (.maxnreg; the compute warpgroup setmaxnreg's 232): two programs an SM
+    "nreg128": [("num_warps=WG_WARPS, slots=slots", "num_warps=WG_WARPS, maxnreg=128, slots=slots")],
+    # (pipe, bm16: modules with a Triton combine kernel, built from a tree before gluon/merge.py, 2026-12-02 run 13)
     # the combine's loop over the splits software-pipelined by Triton (its loads issued stages ahead)
     "pipe": [("    for s in range(0, NSPLIT):", "    for s in tl.range(0, NSPLIT, num_stages=3):")],
     # the combine on 16 rows (the 4 packed rows of a K/V head's group) in 4 warps, not 64 in 8
@@ -56,7 +59,7 @@ def build(args: argparse.Namespace) -> None:
             print(f"BN{bn}-st{stages}: refused by the checker: {result.errors[0].message}", flush=True)
             continue
         source = GluonBackend().translate(program, head_dim=128, head_dim_v=128).source
-        path = out / f"dec_bn{bn}_st{stages}.py"
+        path = out / f"dec_{args.label}bn{bn}_st{stages}.py"
         path.write_text(source)
         print(path, flush=True)
         for variant in args.variants:
@@ -66,7 +69,7 @@ def build(args: argparse.Namespace) -> None:
                     if text.count(old) != 1:
                         raise SystemExit(f"{path}: variant {part}: {old!r} occurs {text.count(old)} times, not once")
                     text = text.replace(old, new)
-            path = out / f"dec_bn{bn}_st{stages}_{variant.replace('+', '_')}.py"
+            path = out / f"dec_{args.label}bn{bn}_st{stages}_{variant.replace('+', '_')}.py"
             path.write_text(text)
             print(path, flush=True)
 
@@ -132,8 +135,8 @@ def time_modules(args: argparse.Namespace) -> None:
         graphs = {p: captured(f) for p, f in provs.items()}
         times = {p: [] for p in provs}
         for _ in range(args.rounds):
-            for p, g in graphs.items():
-                times[p].append(do_bench(g.replay, warmup=10, rep=args.rep_ms))
+            for p, g in graphs.items():  # --eager: each call as the caller makes it (launch() on the host), as attnforge bench times
+                times[p].append(do_bench(provs[p] if args.eager else g.replay, warmup=10, rep=args.rep_ms))
         med = {p: sorted(t)[len(t) // 2] for p, t in times.items()}
         cudnn_kernels = _kernel_times(graphs["cudnn"])
         print(f"{r}: cudnn {gbytes / med['cudnn'] * 1e3:.0f} GB/s ({med['cudnn'] * 1e3:.1f} us; kernels "
@@ -156,12 +159,14 @@ def main() -> None:
     b = sub.add_parser("build", help="write AB/dec_bnBN_stST.py for each candidate (CPU)")
     b.add_argument("--out", required=True)
     b.add_argument("--cand", nargs="+", default=DEFAULT_CANDS, help="BN,stages pairs")
+    b.add_argument("--label", default="", help="a prefix for the file names (modules of two source trees side by side)")
     b.add_argument("--variants", nargs="*", default=[], choices=None, help=f"also each module rewritten: {', '.join(VARIANTS)}, or several joined by +")
     t = sub.add_parser("time", help="check and time every module in AB (GPU)")
     t.add_argument("ab")
     t.add_argument("--per-sm", type=int, nargs="+", default=[1, 2, 4])
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument("--rep-ms", type=int, default=30)
+    t.add_argument("--eager", action="store_true", help="time the calls themselves, not CUDA graph replays of them")
     args = ap.parse_args()
     build(args) if args.cmd == "build" else time_modules(args)
 

@@ -465,7 +465,8 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
         exec(block.replace(".to(DTYPE)", ""), names)  # P's cast left out: float32 throughout
     bounds = dict(re.findall(r"^\s*(lo|hi|split) = ([^#\n]*)", source[source.index("def _compute"):], re.M))
     lse_of = re.search(r"lse_r = gl\.where\(l_i == 0\.0, -float\('inf'\), (.*)\)$", source, re.M).group(1)
-    out_of = re.search(r"^\s*out = (.*?)(?:\.to\((?:DTYPE|o_part\.dtype\.element_ty)\))?  #", source, re.M).group(1)  # the epilogue's normalisation, as emitted
+    out_of = re.search(r"^\s*out = (.*?)(?:\.to\((?:DTYPE|o_part\.dtype\.element_ty)\))?  #", source[source.index("def _compute"):],
+                       re.M).group(1)  # the epilogue's normalisation, as emitted
     rng = np.random.default_rng(seed)
     hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
     q, k, v = (rng.standard_normal(s) * 2.0 for s in ((1, hq, sq, d), (1, hkv, sk, d), (1, hkv, sk, d)))
@@ -698,25 +699,27 @@ DECODE_SPECS = {
 
 @pytest.mark.parametrize("key", sorted(DECODE_SPECS))
 def test_decode_compiles_for_sm90a_as_a_split_kv_pair(key, tmp_path):
-    """The partial kernel (Hopper form: a TMA K/V ring, one wgmma warpgroup) and the Triton combine
-    kernel compile for sm_90a without spills; the launcher picks NSPLIT per call and launches both."""
+    """The partial kernel (Hopper form: a TMA K/V ring, one wgmma warpgroup, the planner's merge in its
+    tail) compiles for sm_90a without spills, alone: the launcher picks NSPLIT per call and launches it
+    once, with the row tiles' arrival counters (gluon/merge.py)."""
     spec = DECODE_SPECS[key]
     result = generate(spec, H200, tmp_path / "out", backend="gluon", run_verification=False)  # (its TL interpreted against the spec first)
     assert result.ok, result.error
     assert result.plan.kind == "decode" and result.plan.params["BM"] == 64 and result.plan.params["stages"] >= 3
-    partial, combine = result.compile_reports
-    for report in (partial, combine):
-        assert report.ptx_target == "sm_90a" and report.spill_bytes == 0 and report.shared_bytes <= H200.smem_per_block_optin
+    (partial,) = result.compile_reports
+    assert partial.ptx_target == "sm_90a" and partial.spill_bytes == 0 and partial.shared_bytes <= H200.smem_per_block_optin
     assert "wgmma" in partial.instructions and "tma" in partial.instructions
     ptx = (tmp_path / "out" / "build" / "attn_decode_partial.h200.ptx").read_text()
-    for pattern in (r"wgmma\.mma_async", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg"):
+    for pattern in (r"wgmma\.mma_async", r"cp\.async\.bulk\.tensor", r"mbarrier\.try_wait", r"setmaxnreg", r"atom\.global\.gpu\.acq_rel\.add",
+                    r"ld\.global\.cg"):
         assert re.search(pattern, ptx), pattern
     source = (tmp_path / "out" / gluon.source_file).read_text()
-    for needle in ("NSPLIT = split_count(", "o_part = scratch(torch.empty((", "@triton.jit", "def attn_decode_combine(",
-                   "launch_kernel(attn_decode_partial, grid, (k_desc, v_desc, ", "slots=slots, index=1)",
-                   "# TL: Copy Q (BM, D) at [m, 0] from global to shared Qs", "fence_async_shared()",
-                   "one = NSPLIT == 1 and o.stride(3) == 1", "slots=slots, index=2 if one else 0)", "    if not one:\n"):
+    for needle in ("NSPLIT = split_count(", "o_part = scratch(torch.empty((", "counters = merge_counters(q.device, ",
+                   "launch_kernel(attn_decode_partial, grid, (k_desc, v_desc, ", "MERGE=not one)",
+                   "# TL: Copy Q (BM, D) at [m, 0] from global to shared Qs", "fence_async_shared()", "def _merge_splits(",
+                   "one = NSPLIT == 1 and o.stride(3) == 1", "slots=slots, index=2 if one else 0)"):
         assert needle in source, needle
+    assert "@triton.jit" not in source and "def attn_decode_combine(" not in source
     assert ("h_idx = " in source) == (spec.group_size > 1)  # packed GQA: each row's head
 
 
@@ -804,6 +807,122 @@ def test_the_numpy_run_kills_the_split_that_ends_a_tile_early():
     assert not _matches_reference(*_run_scores(mutant.apply(source), spec, sq=1, sk=1000, nsplit=4))
 
 
+class _MergeGl(_NumpyGl):
+    """``gl`` for the generated ``_merge_splits`` on numpy: pointers into flat arrays, masked loads
+    and stores, the counter's atomic add (the programs run one after another)."""
+
+    int64 = int32 = "dtype"
+    BlockedLayout = staticmethod(lambda *_a: None)
+    thread_barrier = staticmethod(lambda: None)
+    full = staticmethod(lambda shape, value, dtype=None, layout=None: np.full(shape, value, np.float32))
+    zeros = staticmethod(lambda shape, dtype=None, layout=None: np.zeros(shape, np.float32))
+    log2 = staticmethod(lambda x: np.log2(np.asarray(x, np.float32)))
+
+    @staticmethod
+    def load(p, mask=None, other=0.0, cache_modifier=None):
+        offset, mask = np.broadcast_arrays(p.offset, True if mask is None else mask)
+        return np.where(mask, p.data.reshape(-1)[np.where(mask, offset, 0)], other).astype(np.float32)
+
+    @staticmethod
+    def store(p, value, mask=None):
+        offset, value, mask = np.broadcast_arrays(p.offset, value, True if mask is None else mask)
+        p.data.reshape(-1)[offset[mask]] = value[mask]
+
+    @staticmethod
+    def atomic_add(p, value, sem=None, scope=None):
+        old = int(p.data.reshape(-1)[p.offset])
+        p.data.reshape(-1)[p.offset] = old + value
+        return old
+
+
+def _run_merge(source: str, spec: AttentionSpec, nsplit: int, rounds: int = 2, seed: int = 0):
+    """The module's ``_merge_splits`` run in numpy as each split of each row tile finishes (in a
+    random order of the splits; the scratch of a split not yet finished is nan), ``rounds`` launches
+    one after another on the same counters; returns, per round, (o, lse) and the reference merge of
+    the same partial results (the LSE-weighted sum; a row no split saw a key for: 0 and -inf)."""
+    import inspect
+
+    names = {"gl": _MergeGl, "np": np}
+    for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
+        exec(line, names)
+    (block,) = re.findall(r"^def _merge_splits\(.*?(?=^@|^def |\Z)", source, re.M | re.S)
+    exec(re.sub(r"\.to\((?:gl\.int64|o\.dtype\.element_ty)\)", "", block), names)
+    fn, bm = names["_merge_splits"], names["BM"]
+    rng = np.random.default_rng(seed)
+    b_, hq, hkv, sq, dv = 2, spec.heads, spec.kv_heads, spec.seqlen_q, spec.head_dim_v
+    packed = "hk" in inspect.signature(fn).parameters
+    group = hq // hkv if packed else 1
+    tiles = [(b, h, m) for b in range(b_) for h in range(hkv if packed else hq) for m in range(-(-(sq * group) // bm))]
+    split_axis = 1 if packed else 2
+    shape = [b_, hq, sq]
+    counters = np.zeros(4096, np.int32)
+    out = []
+    for _ in range(rounds):
+        lse_parts = rng.standard_normal([nsplit, b_, hq, sq]).astype(np.float32) * 30.0
+        lse_parts[rng.random(lse_parts.shape) < 0.3] = -np.inf  # splits that saw no key for a row
+        lse_parts[:, 0, 0, 0] = -np.inf  # a row no split saw a key for
+        o_parts = (rng.standard_normal([nsplit, b_, hq, sq, dv]) * np.isfinite(lse_parts)[..., None]).astype(np.float32)
+        o_scratch = np.full(shape[:split_axis] + [nsplit] + shape[split_axis:] + [dv], np.nan, np.float32)
+        lse_scratch = np.full(shape[:split_axis] + [nsplit] + shape[split_axis:], np.nan, np.float32)
+        o, lse = np.full(shape + [dv], np.nan, np.float32), np.full(shape, np.nan, np.float32)
+        strides = lambda a: [x // a.itemsize for x in a.strides]  # noqa: E731
+        values = dict(B=b_, Hq=hq, Hkv=hkv, Sq=sq, Sk=1, NSPLIT=nsplit, counters=_Pointer(counters),
+                      o_part=_Pointer(o_scratch), lse_part=_Pointer(lse_scratch), o=_Pointer(o), lse=_Pointer(lse))
+        values.update({f"o_part_s{i}": x for i, x in enumerate(strides(o_scratch))})
+        values.update({f"lse_part_s{i}": x for i, x in enumerate(strides(lse_scratch))})
+        values.update(zip(("so_b", "so_h", "so_s", "so_d"), strides(o)))
+        values.update(zip(("sl_b", "sl_h", "sl_s"), strides(lse)))
+        for b, h, m in tiles:
+            for s in rng.permutation(nsplit):
+                rows = m * bm + np.arange(bm)
+                rows = rows[rows < sq * group]
+                heads, positions = h * group + rows % group, rows // group
+                index = (b, s, heads, positions) if packed else (b, heads, s, positions)  # the split's index after b, or after h
+                o_scratch[index] = o_parts[s, b, heads, positions]
+                lse_scratch[index] = lse_parts[s, b, heads, positions]
+                args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
+                args.update(m=m, b=b, s=int(s), **({"hk": h} if packed else {"h": h}))
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    fn(**args)
+        merged_lse = np.logaddexp.reduce(lse_parts.astype(np.float64), axis=0)
+        with np.errstate(invalid="ignore"):
+            weights = np.nan_to_num(np.exp(lse_parts - merged_lse[None]))
+        out.append((o, lse, (weights[..., None] * o_parts).sum(axis=0), merged_lse))
+    return out
+
+
+def _merged_alike(o, lse, ref_o, ref_lse) -> bool:
+    seen = np.isfinite(ref_lse)
+    return (np.array_equal(seen, np.isfinite(lse)) and bool(np.all(np.isfinite(o))) and np.max(np.abs(o - ref_o)) < 1e-4
+            and bool(np.all(o[~seen] == 0)) and np.max(np.abs(lse[seen] - ref_lse[seen]) / (1.0 + np.abs(ref_lse[seen]))) < 1e-5)
+
+
+@pytest.mark.parametrize("spec", [
+    AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000),  # packed rows, G = 4
+    AttentionSpec(heads=32, kv_heads=2, head_dim=128, dtype="bf16", seqlen_q=5, seqlen_k=1000, causal=True),  # 80 rows: two row tiles
+    AttentionSpec(heads=2, head_dim=64, dtype="fp16", seqlen_q=1, seqlen_k=333),  # not packed
+], ids=["packed-decode", "packed-two-row-tiles", "mha-decode"])
+def test_the_last_split_merges_the_splits_as_the_planners_combine_does(spec):
+    """gluon/merge.py, run in numpy: whatever order the splits finish in, the last of each row tile
+    merges them into o and lse (split counts that are not a multiple of the loads issued at once,
+    splits and rows without keys), and sets the counter back, so that the next launch merges too."""
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    for nsplit in (2, 5, 8):
+        for round_ in _run_merge(source, spec, nsplit):
+            assert _merged_alike(*round_), nsplit
+
+
+@pytest.mark.parametrize("name", ["gluon_decode_merge_rescale_dropped", "gluon_decode_merge_a_split_early", "gluon_decode_merge_counter_kept"])
+def test_the_numpy_merge_kills_the_planted_merge_bugs(name):
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
+
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
+    spec, _ = SPECS[mutant.spec]
+    source = gluon.translate(_plan(spec).program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    assert all(_merged_alike(*r) for r in _run_merge(source, spec, 5))
+    assert not all(_merged_alike(*r) for r in _run_merge(mutant.apply(source), spec, 5))
+
+
 def test_a_split_kv_kernel_is_refused_where_its_translation_does_not_reach():
     """sm_100 (the partial kernel is written for wgmma) and ping-pong are refused at the statement;
     a one-kernel program with a split axis, or a pair without one, too."""
@@ -833,6 +952,8 @@ def test_the_combine_kernels_grid_is_computed_with_its_own_parameters():
     assert "param BM = 64, BN = 64, warps = 4\n" in tail
     tail = tail.replace("param BM = 64, BN = 64, warps = 4\n", "param BM = 32, BN = 64, warps = 4\n", 1)
     tail = tail.replace("cdiv(Hq // Hkv * Sq, BM), cdiv(Sk, BN))", "cdiv(Hq // Hkv * Sq, 64), cdiv(Sk, BN))", 1)  # the shared split count
+    # (a merge other than the planner's: the gluon module launches it, not the partial kernel's own merge of the splits)
+    tail = tail.replace("    Compute Add O_acc, o_w", "    Compute Add O_acc, o_s", 1)
     program = parse(head + tail)
     check(program, H200)
     source = gluon.translate(program, head_dim=64, head_dim_v=64).source

@@ -308,9 +308,16 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_decode_one_split_for_every_count", "hopper_decode", "kernel", r"one = NSPLIT == 1 and o\.stride\(3\) == 1",
            "one = o.stride(3) == 1",
            "the partial kernel stores into o and lse at every split count: each split's partial result overwrites the others', unmerged"),
-    # the combine kernel (Triton, in the same module): the merge's rescale
-    Mutant("gluon_decode_combine_rescale_dropped", "hopper_decode", "kernel", r"^\s*O_acc = O_acc \* m_i_alpha\[:, None\]\n", "",
-           "the combine kernel adds a split's weighted output without rescaling the sum so far when the running max grows"),
+    # the merge of the splits by the last of them (gluon/merge.py): its rescale, who merges, the counter set back
+    Mutant("gluon_decode_merge_rescale_dropped", "hopper_decode", "kernel", r"acc = acc \* gl\.expand_dims\(alpha, 1\) \+ o_(\d) \* ",
+           r"acc = acc + o_\1 * ",
+           "the merge adds each split's weighted output without rescaling the sum so far when the running max grows", every=True),
+    Mutant("gluon_decode_merge_a_split_early", "hopper_decode", "kernel", r"if arrived == NSPLIT - 1:", "if arrived == NSPLIT - 2:",
+           "the next-to-last split of a row tile to finish merges, before the last has stored its part (the last then finds the counter "
+           "set back: with 3 splits or more nobody merges it in)"),
+    Mutant("gluon_decode_merge_counter_kept", "hopper_decode", "kernel", r"^\s*gl\.store\(counters \+ tile, 0\)[^\n]*\n", "",
+           "the merging split leaves its row tile's counter at NSPLIT: the next launch on the stream merges at the wrong arrival, "
+           "or never (o is not written)"),
     # sm_100 (tcgen05 into tensor memory): run by gpucheck on a Blackwell GPU only
     Mutant("tcgen05_s_wait_dropped", "blackwell", "kernel",
            r"(tcgen05_mma\(q_t, k_t, s_tmem, [^\n]*\n\s*# TL: Wait GEMM S\n)\s*mbarrier\.wait\(mma_bar, mma_phase\)\n\s*mma_phase \^= 1\n", r"\1",

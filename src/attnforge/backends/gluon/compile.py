@@ -45,13 +45,19 @@ def _signature(module: ModuleType, target_dtype: Any, scale_positive: bool) -> t
             sig[name] = {"torch.float16": "*fp16", "torch.bfloat16": "*bf16"}[str(target_dtype)]
         elif name in ("lse", "alibi_slopes", *getattr(module, "SCRATCH", ())):
             sig[name] = "*fp32"
+        elif name == "counters":  # a split-KV kernel that merges its own splits (gluon/merge.py)
+            sig[name] = "*i32"
         elif name in module.FLOAT_ARGS:
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
     # the softmax scale's sign is a specialisation (the launch passes scale > 0): compile the usual one
     sig["SCALE_POSITIVE"] = "constexpr"
-    return sig, {"SCALE_POSITIVE": scale_positive}
+    const = {"SCALE_POSITIVE": scale_positive}
+    if "MERGE" in fn.arg_names:  # the launch of several splits, whose last merges them (one split: without the merge)
+        sig["MERGE"] = "constexpr"
+        const["MERGE"] = True
+    return sig, const
 
 
 def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None = None, *, scale_positive: bool = True) -> CompileReport:

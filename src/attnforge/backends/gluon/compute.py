@@ -275,7 +275,8 @@ def compute_fn(m: Writer) -> None:
     rt = ", ".join(m.runtime_args())
     shared = ", ".join(shared_args(hk))
     m.emit("@gluon.jit")
-    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {', '.join(m.role_args())}, SCALE_POSITIVE: gl.constexpr):")
+    merge = ", MERGE: gl.constexpr" if m.merge else ""
+    m.emit(f"def _compute(WG: gl.constexpr, {shared}, {', '.join(m.role_args())}, SCALE_POSITIVE: gl.constexpr{merge}):")
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
     m.emit("# Each warpgroup set owns HM rows; WG is its index (0 without pingpong).", 1)
     m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
@@ -347,6 +348,9 @@ def compute_fn(m: Writer) -> None:
         _release(m, t, J, 2)
         _give_q_back(m)
     _epilogue(m)
+    if m.merge:
+        m.emit("if MERGE:  # split-KV: the last split of this row tile merges the splits (gluon/merge.py)", 1)
+        m.emit(f"_merge_splits({rt})", 2)
     if hk.persistent:
         next_work_tile(m, "lo", "hi", 1)
         m.depth = 0

@@ -10,9 +10,11 @@ owning half of the BM rows, that take turns issuing GEMMs through a pair of hard
 phase for tile j + 1) before the softmax of tile j, and the PV GEMM of tile j runs under that softmax.
 
 A split-KV program (decode) is two kernels: the partial kernel in the Hopper form, translated as
-above, and the combine kernel in the portable form, translated by the Triton backend's emitter into a
-plain @triton.jit kernel of the module; ``launch()`` computes the split count per call, allocates the
-scratch and launches both, as the Triton backend's launchers do (docs/TL.md section 11.7).
+above, and the combine kernel. Where that is the planner's merge (``plan.builtin.one_split_axis``) the
+partial kernel merges the splits itself (``merge``) and the module has one kernel; any other combine
+kernel is translated by the Triton backend's emitter into a plain @triton.jit kernel of the module and
+launched after the partial. ``launch()`` computes the split count per call and allocates the scratch,
+as the Triton backend's launchers do (docs/TL.md section 11.7).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ..triton.launcher import check_host_name
 from ...plan.builtin import one_split_axis
 from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers
+from .merge import merge_fn
 from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
-from .writer import GL_DTYPE, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
+from .writer import GL_DTYPE, MERGED_OUTPUT_STRIDES, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
 
 # ---------------------------------------------------------------------- the load role
 
@@ -117,7 +120,8 @@ def _kernel_fn(m: Writer) -> None:
     rt = m.runtime_args()
     m.emit("@gluon.jit")
     descs = ", ".join(m.descriptors)
-    m.emit(f"def {hk.kernel.name}({descs}, {', '.join(a for a in rt if a not in m.grid_names)}, SCALE_POSITIVE: gl.constexpr):")
+    merge = ", MERGE: gl.constexpr" if m.merge else ""
+    m.emit(f"def {hk.kernel.name}({descs}, {', '.join(a for a in rt if a not in m.grid_names)}, SCALE_POSITIVE: gl.constexpr{merge}):")
     grid_lines, _ = _grid(m)
     for line in grid_lines:
         m.emit(line, 1)
@@ -157,7 +161,7 @@ def _kernel_fn(m: Writer) -> None:
     m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}", 1)
     m.emit(f"# TL: {stmt_lines(hk.load)[0].strip()}", 1)
     tmem = "".join(f"{a}, " for a in tcgen05.TMEM_ARGS) if hk.blackwell else ""
-    parts = [f"(_compute, (0, {shared}, {tmem}{args}, SCALE_POSITIVE))"]
+    parts = [f"(_compute, (0, {shared}, {tmem}{args}, SCALE_POSITIVE{', MERGE' if m.merge else ''}))"]
     warps, regs = [], []
     if hk.pingpong:
         parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
@@ -192,7 +196,8 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
     computes the split count for the call's sizes and device and allocates the scratch, and after
     the partial kernel launches the combine kernel (``slots`` index 1), as the Triton backend's does;
     ``one_split`` (see ``_split_kv_setup``): a launch of one split, the partial kernel alone storing
-    into o and lse (``slots`` index 2: a kernel specialised to o's format)."""
+    into o and lse (``slots`` index 2: a kernel specialised to o's format); at any other count its last
+    split merges the splits (``merge``, the kernel's ``MERGE``): no combine kernel is launched."""
     hk = m.hk
     _, programs = _grid(m)
     scalars = list(m.scalars)
@@ -222,7 +227,7 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
         m.emit(f"{desc} = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
     rt = [a for a in m.runtime_args() if a not in m.grid_names]
     values = {"sa": "alibi_slopes.stride(0)", **{stride: f"q.stride({i})" for i, stride in enumerate(Q_STRIDES)}}
-    for tensor, strides in m.outputs():
+    for tensor, strides in m.outputs() + (list(MERGED_OUTPUT_STRIDES.items()) if m.merge else []):
         values.update({stride: f"{tensor}.stride({i})" for i, stride in enumerate(strides)})
     args = ", ".join(values.get(a, a) for a in rt)
     m.emit(f"grid = ({programs},)", 1)
@@ -231,12 +236,11 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
            "hint=\"split the batch into calls of fewer sequences\")", 2)
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
-    m.emit(f"launch_kernel({hk.kernel.name}, grid, ({', '.join(m.descriptors)}, {args}), dict(SCALE_POSITIVE={positive}), "
+    merge = ", MERGE=not one" if m.merge else ""
+    m.emit(f"launch_kernel({hk.kernel.name}, grid, ({', '.join(m.descriptors)}, {args}), dict(SCALE_POSITIVE={positive}{merge}), "
            f"num_warps=WG_WARPS, slots=slots{'' if one_split is None else ', index=2 if one else 0'})", 1)
-    if combine is not None:
-        if one_split is not None:
-            m.emit("if not one:", 1)
-        _combine_launch(m, combine, 1 if one_split is None else 2)
+    if combine is not None and not m.merge:
+        _combine_launch(m, combine)
 
 
 def _split_kv_setup(m: Writer, one_split: int | None) -> None:
@@ -244,13 +248,17 @@ def _split_kv_setup(m: Writer, one_split: int | None) -> None:
     device) and the scratch the pair shares, fresh for each call. ``one_split``: the combine kernel is
     the built-in merge and the scratch's split index is this dimension (``plan.builtin.one_split_axis``),
     so a launch of one split has the partial kernel store into o and lse themselves (views of them with
-    that dimension added) and no combine kernel runs."""
+    that dimension added), and a launch of more has its last split merge them (the row tiles' arrival
+    counters, ``runtime.merge_counters``): no combine kernel runs either way."""
     hctx = host_ctx(m)
     m.emit("D, Dv = q.shape[3], v.shape[3]", 1)
     for v in m.hk.kernel.launch:
         check_host_name(v, m.hk.kernel, {"grid", *(sc.name for sc in m.hk.kernel.scratch)}, m.file)
         m.emit(f"# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)", 1)
         m.emit(f"{v.name} = split_count({host(v.programs, hctx)}, {host(v.tiles, hctx)}, program_slots(q.device), {v.per_sm})", 1)
+    if m.merge:
+        tiles = " * ".join(f"({host(ax.extent, hctx)})" for ax in m.hk.kernel.grid if ax.name != m.split_axis)
+        m.emit(f"counters = merge_counters(q.device, {tiles})  # each row tile's arrived splits: 0 between launches (gluon/merge.py)", 1)
     formats = m.hk.kernel.dtype_map()
     indent = 1
     if one_split is not None:
@@ -363,7 +371,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     if hk.o_via_q and head_dim != head_dim_v:
         _fail(kernel, f"ostage = 2 stores O (Dv = {head_dim_v}) through Qs (D = {head_dim}): it needs D == Dv", file,
               hint="ostage = 1 (a staging tile of its own), or leave ostage out")
-    m = Writer(hk, head_dim, head_dim_v, file)
+    one_split = one_split_axis(program) if combine is not None else None
+    # the built-in merge is fused into the partial kernel's tail; any other second kernel runs as written
+    m = Writer(hk, head_dim, head_dim_v, file, merge=one_split is not None)
     tiles = _descriptor_tiles(m)
     if [f"{t}_desc" for t in sorted(tiles)] != sorted(m.descriptors):
         want = "k and v (the compute role copies Q)" if hk.q_load is not None else "q, k and v"
@@ -371,6 +381,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     softmax_fn(m, hk.loops[-1], hk.loops[0].loop.stop if len(hk.loops) == 2 else None)
     if hk.pingpong:
         turn_helpers(m)
+    if m.merge:
+        merge_fn(m)
     (tcgen05.compute_fn if hk.blackwell else compute_fn)(m)
     m.emit("@gluon.jit")
     m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.role_args())}):")
@@ -381,8 +393,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         _load_block(m, hk.load.body, 1)
     m.emit()
     _kernel_fn(m)
-    one_split = one_split_axis(program) if combine is not None else None
     _launch_fn(m, combine, one_split)
+    second = combine if combine is not None and not m.merge else None  # the combine kernel the module holds
 
     nwg = 2 if hk.pingpong else 1
     arch, family, mma = ("sm_100", "Blackwell", "tcgen05 into tensor memory") if hk.blackwell else ("sm_90", "Hopper", "wgmma")
@@ -398,9 +410,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "from triton.experimental import gluon",
         "from triton.experimental.gluon import language as gl",
         (BLACKWELL_IMPORTS if hk.blackwell else HOPPER_IMPORTS),
-        *(["import triton", "import triton.language as tl"] if combine is not None else []),  # the combine kernel's
+        *(["import triton", "import triton.language as tl"] if second is not None else []),  # the combine kernel's
         "",
-        "from attnforge.backends.gluon.runtime import tma_descriptor",
+        "from attnforge.backends.gluon.runtime import tma_descriptor" + (", merge_counters" if m.merge else ""),
         "from attnforge.errors import LaunchError",
         "from attnforge.backends.triton.launching import launch_kernel" + (", program_slots, scratch" if combine is not None else "")
         + (", program_slots" if hk.persistent else ""),
@@ -408,7 +420,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         + (", window_bound" if {"window_left", "window_right"} & set(m.scalars) else ""),
         "",
         f"KERNEL = {kernel.name!r}",
-        *(["SPLIT_KV = True  # two kernels: attention()'s dispatch cache does not replay them (not yet run on a GPU)"] if combine is not None else []),
+        *([f"SPLIT_KV = True  # {'the splits merged by the last (gluon/merge.py)' if m.merge else 'two kernels'}, scratch per call: "
+           "attention()'s dispatch cache does not replay it"] if combine is not None else []),
         f"ARCH = {arch!r}  # the GPU family the kernel is written for (compile checks the target against it)",
         f"HEAD_DIM = {head_dim}",
         f"HEAD_DIM_V = {head_dim_v}",
@@ -433,6 +446,6 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         "",
     ]
     helpers = [_helper_source(h) for h in ("floordiv", "floormod", "tanh") if h in m.helpers]
-    combined = [*combine.lines, "", ""] if combine is not None else []
+    combined = [*second.lines, "", ""] if second is not None else []
     source = "\n".join(header) + "\n" + "\n".join(helpers) + ("\n" if helpers else "") + "\n".join(combined + m.lines) + "\n"
-    return GluonModule(source, kernel.name, dict(hk.params), combine.info if combine is not None else None)
+    return GluonModule(source, kernel.name, dict(hk.params), second.info if second is not None else None)

@@ -4,7 +4,7 @@ for: Gluon has no CPU interpreter, and a tcgen05 kernel does not compile for a H
 ``attention()`` dispatch key's later calls replay its recorded launches as a Triton module's do
 (``triton/replay.py``, which rebuilds Gluon's host TMA descriptors from each call's tensors); a
 split-KV pair's (decode) later calls skip the checks but take Triton's JIT: its replay (a pointer
-Q, fresh scratch, the combine kernel) has not run on a GPU."""
+Q, fresh scratch, the merge's counters of the call's stream) is not built."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What generated Gluon modules call at launch: TMA descriptors for q, k and v (and o, where O leaves by TMA stores).
+"""What generated Gluon modules call at launch: TMA descriptors for q, k and v (and o, where O leaves by TMA stores),
+and the arrival counters of a split-KV kernel that merges its own splits.
 
 A descriptor covers the whole 4-d BHSD view of a tensor (any strides TMA accepts), with a
 ``[1, 1, rows, cols]`` block: a tile never crosses into another head, and rows past the end of a
@@ -36,3 +37,27 @@ def tma_descriptor(t: Any, name: str, block: list[int]) -> Any:
                           "a multiple of 16 bytes, the last 1, and the data 16-byte aligned", where=name,
                           hint=f"pass {name}.contiguous(), or generate with --backend triton (pointer loads take any strides)")
     return TensorDescriptor.from_tensor(t, block, _layout(tuple(block), t.dtype))
+
+
+_COUNTERS: dict[tuple[int, int], Any] = {}  # (device, stream) -> int32 counters, 0 between launches
+MIN_COUNTERS = 4096  # (grown by doubling: a new buffer only for a larger call than any before on the stream)
+
+
+def merge_counters(device: Any, count: int) -> Any:
+    """``count`` int32 counters, all 0, for a split-KV partial kernel that merges its own splits
+    (gluon/merge.py): each row tile's last split sets its counter back to 0, so a buffer is 0 again
+    whenever the launch before it on its stream is done. One buffer per (device, stream): launches on
+    one stream run in turn; on two streams they may run at once, each on its own. Under CUDA graph
+    capture a fresh zeroed buffer (a memset node of the graph): a captured launch owns its counters,
+    whatever stream the graph is replayed on and whatever else runs beside it."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(count, dtype=torch.int32, device=device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, torch._C._cuda_getCurrentRawStream(index))
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < count:
+        # the old buffer goes back to torch's allocator, which reuses it only after this stream's launches
+        buf = _COUNTERS[key] = torch.zeros(max(count, MIN_COUNTERS, 2 * (buf.numel() if buf is not None else 0)), dtype=torch.int32, device=device)
+    return buf

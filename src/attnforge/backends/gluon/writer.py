@@ -24,6 +24,8 @@ REGISTERS_ACROSS_WARPGROUPS = 504
 # the stride arguments of the ABI's outputs (a split-KV kernel's scratch: TENSOR_s0, TENSOR_s1, ...)
 OUTPUT_STRIDES = {"o": ("so_b", "so_h", "so_s"), "lse": ("sl_b", "sl_h", "sl_s")}
 Q_STRIDES = ("sq_b", "sq_h", "sq_s", "sq_d")  # q's, where the compute role copies Q by pointer loads
+# o's and lse's where a split-KV partial kernel merges the splits itself (``merge``; o: any strides)
+MERGED_OUTPUT_STRIDES = {"o": (*OUTPUT_STRIDES["o"], "so_d"), "lse": OUTPUT_STRIDES["lse"]}
 
 
 LOAD_REGS = 24  # a load role without a budget: setmaxnreg's minimum (it only issues TMA copies)
@@ -46,6 +48,7 @@ class Writer:
     lines: list[str] = field(default_factory=list)
     helpers: set[str] = field(default_factory=set)
     depth: int = 0  # added to every line's indent: 1 inside a persistent role's loop over work tiles
+    merge: bool = False  # a split-KV partial kernel whose last split merges the splits into o and lse (gluon/merge.py)
 
     # ------------------------------------------------------------------ names and expressions
     @property
@@ -74,6 +77,17 @@ class Writer:
     @property
     def grid_names(self) -> list[str]:
         return [a.name for a in self.hk.kernel.grid]
+
+    @property
+    def launch_name(self) -> str:
+        """A split-KV kernel's launch-time split count (NSPLIT): the one name of its launch line."""
+        (name,) = self.hk.kernel.launch_names()
+        return name
+
+    @property
+    def split_axis(self) -> str:
+        """A split-KV kernel's grid axis over the splits (its extent: the split count)."""
+        return next(ax.name for ax in self.hk.kernel.grid if ax.extent == n.Name(self.launch_name))
 
     @property
     def descriptors(self) -> list[str]:
@@ -105,6 +119,8 @@ class Writer:
             out.append("o_desc")
         if self.alibi:
             out += ["alibi_slopes", "sa"]
+        if self.merge:  # where the last split stores the merged result, and the row tiles' arrival counters
+            out += ["o", *MERGED_OUTPUT_STRIDES["o"], "lse", *MERGED_OUTPUT_STRIDES["lse"], "counters"]
         return out
 
     def role_args(self) -> list[str]:

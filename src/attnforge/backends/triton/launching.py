@@ -90,9 +90,10 @@ class _Slot:
 
 
 def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any], *, num_warps: int, num_stages: int | None = None,
-                  slots: list | None = None, index: int = 0) -> None:
+                  maxnreg: int | None = None, slots: list | None = None, index: int = 0) -> None:
     """``fn[grid](*args, **constexprs, num_warps=..., num_stages=...)`` (no ``num_stages`` for a Gluon
-    kernel, which lays out its own pipeline), or, with ``slots``, the
+    kernel, which lays out its own pipeline; ``maxnreg``: the registers a thread may hold, where a
+    kernel is meant to leave room for another program on its SM), or, with ``slots``, the
     compiled kernel in ``slots[index]`` launched directly.
 
     Triton's JIT binds and specialises every argument on every call (tens of microseconds for a
@@ -113,6 +114,8 @@ def launch_kernel(fn: Any, grid: tuple[int, ...], args: tuple, constexprs: dict[
         if rec is not None:
             rec.launches.append((None, grid, args))  # through the JIT: not replayable
         options = {"num_warps": num_warps} if num_stages is None else {"num_warps": num_warps, "num_stages": num_stages}
+        if maxnreg is not None:
+            options["maxnreg"] = maxnreg
         kernel = fn[grid](*args, **constexprs, **options)
         if slots is not None and jit and slot is None:
             slots.extend([None] * (index + 1 - len(slots)))
