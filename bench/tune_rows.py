@@ -7,6 +7,7 @@ skipped (a run cut short goes on where it stopped); no bucket starts after --dea
 Usage (on the GPU machine, from the repository root; carry .gpu_deps):
     PYTHONPATH=src:.gpu_deps python3 bench/tune_rows.py --backend triton,gluon --db $OUT/tuning.json \\
         --max-candidates 1 --deadline 420 d128-s16k gqa d256
+    PYTHONPATH=src:.gpu_deps python3 bench/tune_rows.py --groups decode,decode-verify --db $OUT/tuning.json   # the decode rows
 Then merge --db's entries into src/attnforge/tune/shipped.json.
 """
 
@@ -25,15 +26,17 @@ def main() -> int:
     from attnforge.tune import database
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("patterns", nargs="*", help="bench row name substrings, in priority order (default: every prefill row)")
+    parser.add_argument("patterns", nargs="*", help="bench row name substrings, in priority order (default: every row of --groups)")
+    parser.add_argument("--groups", default="prefill", help="the bench's row groups to take rows from: prefill, decode, decode-verify (comma-separated)")
     parser.add_argument("--backend", default="triton,gluon")
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--max-candidates", type=int, default=1)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per backend and bucket")
     parser.add_argument("--deadline", type=float, default=420.0, help="start no bucket after this many seconds")
     args = parser.parse_args()
-    prefill = [row for row in full_matrix() if row.group == "prefill"]
-    rows = [row for p in args.patterns for row in select(prefill, patterns=[p])] if args.patterns else prefill
+    groups = set(args.groups.split(","))
+    taken = [row for row in full_matrix() if row.group in groups]
+    rows = [row for p in args.patterns for row in select(taken, patterns=[p])] if args.patterns else taken
     backends = args.backend.split(",")
     t0, seen = time.monotonic(), set()
     for row in rows:

@@ -157,6 +157,28 @@ def test_register_budgets() -> None:
     assert "leaving fewer than 24 per thread for compute" in only(errors(text, "h100"), "TL510").message
 
 
+def _decode_text(head_dim: int, params: dict) -> str:
+    from attnforge.plan.hopper import hopper_decode_source
+    from attnforge.spec import AttentionSpec
+    from attnforge.targets import get_target
+
+    spec = AttentionSpec(heads=32, kv_heads=8, head_dim=head_dim, dtype="bf16", seqlen_q=1, seqlen_k=4096)
+    return hopper_decode_source(spec, get_target("h200"), dict(BM=64, BN=64 if head_dim <= 128 else 32, warps=4, **params))
+
+
+def test_occupancy_gives_each_program_its_share_of_the_sm() -> None:
+    """param occupancy = N: N blocks' shared memory (with 1 KiB reserved each) and threads fit an SM
+    (TL511), and the registers a thread may hold are the file over N blocks of whole warpgroups (TL504)."""
+    assert not check(parse(_decode_text(128, dict(stages=2, occupancy=2))), "h200", head_dim=128).errors  # 2 x 81 KiB
+    f = only(errors(_decode_text(128, dict(stages=4, occupancy=2)), "h200"), "TL511")  # Q 16 + 4 x 32 KiB, twice
+    assert "occupancy = 2 needs 2 x (144 KiB + 1 KiB reserved) = 290 KiB of shared memory, more than h200's 228 KiB an SM" in f.message
+    assert "occupancy = 5: the programs resident on an SM, 1 to 4" in only(errors(_decode_text(128, dict(stages=2, occupancy=5)), "h200"), "TL511").message
+    # D = 256: the 64 x 256 fp32 accumulator alone is 128 registers a thread; two programs of 8 warps leave 128
+    f = only(errors(_decode_text(256, dict(stages=2, occupancy=2)), "h200", head_dim=256), "TL504")
+    assert "more than the 128 a thread may hold with occupancy = 2" in f.message and "leave occupancy out" in f.hint
+    assert not check(parse(_decode_text(256, dict(stages=2))), "h200", head_dim=256).errors
+
+
 def test_the_compute_role_spills_past_its_budget() -> None:
     text = edit("role compute warps 0 : warps", "role compute warps 0 : warps regs 64")
     f = only(errors(text, "h100"), "TL504")

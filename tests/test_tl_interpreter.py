@@ -230,6 +230,22 @@ def test_launch_values_follow_sm_count_and_params() -> None:
         programs_run(params={"NSPLITS": 5})
 
 
+def test_the_launch_lines_programs_per_sm_set_the_split_count() -> None:
+    """``splits(P, T, PER_SM)``: the interpreter's split count aims at PER_SM programs an SM, as the
+    launchers' does (2 programs a split, 3 tiles: 4 SMs give 2 splits at 1 an SM, 4 at 2, and 4 at 4,
+    at most one split a tile rounded up to a power of two)."""
+    text = library_text("decode_split_kv.tl")
+    assert text.count("cdiv(Sk, BN))\n") == 2
+    sizes = Shape.parse("1,2,1,1,160,16").sizes()
+    counts = {}
+    for per_sm in (1, 2, 4):
+        prog = parse(text.replace("cdiv(Sk, BN))\n", f"cdiv(Sk, BN), {per_sm})\n"))
+        tensors = {"q": np.ones((1, 2, 1, 16)), "k": np.ones((1, 1, 160, 16)), "v": np.ones((1, 1, 160, 16)), "alibi_slopes": np.ones(2),
+                   "o": np.zeros((1, 2, 1, 16)), "lse": np.zeros((1, 2, 1))}
+        counts[per_sm] = (run_program(prog, sizes, tensors, scalars={"scale": 0.25}).programs - 2) // 2
+    assert counts == {1: 2, 2: 4, 4: 4}
+
+
 def test_results_are_deterministic() -> None:
     s = Shape.parse("1,2,1,17,33,16")
     a, _, _ = run_full(program("alibi_causal_fwd.tl"), s, params=SMALL, seed=5)

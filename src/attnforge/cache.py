@@ -59,7 +59,7 @@ def spec_bucket(spec: AttentionSpec) -> AttentionSpec:
                   alibi_slopes=None if spec.alibi_slopes is None else "auto", softcap=None if spec.softcap is None else 1.0)
     seqlen_q = spec.seqlen_q if spec.is_decode or packs_gqa(spec) else 1024
     # a top-left causal mask with a window must be square (AttentionSpec's rule); any other KV length serves
-    square = spec.causal and spec.causal_align == "top_left" and (spec.window_left is not None or spec.window_right is not None)
+    square = spec.causal and spec.causal_align == "top_left" and spec.windowed
     return AttentionSpec(batch=1, heads=g, kv_heads=1, seqlen_q=seqlen_q, seqlen_k=seqlen_q if square else 1024, head_dim=spec.head_dim,
                          head_dim_v=spec.head_dim_v, dtype=spec.dtype, causal=spec.causal, causal_align=spec.causal_align,
                          score_mod=spec.score_mod, mask_mod=spec.mask_mod, allow_tf32=spec.allow_tf32, **common)
@@ -86,7 +86,9 @@ def _first_choice(spec: AttentionSpec, target: Target, backend: Backend) -> Cand
     where either is the stand-in's own first choice (one entry, not two, for the same kernel); else None
     (the planner's own order)."""
     tuned = tuned_candidate(spec, target, backend.name)
-    if backend.tl_form != "hopper" or spec.is_decode or packs_gqa(spec):  # (split-KV kernels: no length rule)
+    if spec.is_decode or packs_gqa(spec):  # split-KV kernels: no length rule; one kernel serves every batch and length
+        return None if tuned is None or tuned.params == _split_kv_first(spec_bucket(spec), target, backend) else tuned
+    if backend.tl_form != "hopper":
         return tuned
     from .plan.hopper import hopper_candidates
 
@@ -97,6 +99,17 @@ def _first_choice(spec: AttentionSpec, target: Target, backend: Backend) -> Cand
     if own.params == stand_in:
         return None
     return Candidate(own.params, f"{own.reason} (the planner's first choice at Sq={spec.seqlen_q}, Sk={spec.seqlen_k})", own.kind)
+
+
+def _split_kv_first(spec: AttentionSpec, target: Target, backend: Backend) -> dict:
+    """The planner's first choice of parameters for a split-KV program (decode, packed small Sq) in ``backend``'s form."""
+    if backend.tl_form == "hopper":
+        from .plan.hopper import hopper_decode_candidates
+
+        return hopper_decode_candidates(spec, target)[0].params
+    from .plan.builtin import candidates
+
+    return candidates(spec, target, refused=backend.refused_strategies(target), mma=backend.mma)[1][0].params
 
 
 def _resolve(backend: str | Backend, spec: AttentionSpec, target: Target) -> Backend:

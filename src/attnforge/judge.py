@@ -54,7 +54,7 @@ def expected_claims(spec: AttentionSpec) -> dict[str, _Claim]:
     claims: dict[str, _Claim] = {}
     if spec.causal:
         claims["causal"] = _Claim(spec.causal_align, f"causal = {spec.causal_align}")
-    if spec.window_left is not None or spec.window_right is not None:
+    if spec.windowed:
         side = "both" if spec.window_left is not None and spec.window_right is not None else ("left" if spec.window_left is not None else "right")
         claims["window"] = _Claim(side, f"window = {side}")
     if spec.alibi_slopes is not None:

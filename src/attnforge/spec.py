@@ -280,7 +280,7 @@ class AttentionSpec:
                 put(side, _check_int(side, value, 0, INDEX_MAX, allowed=f"None (unbounded) or an integer in 0..{INDEX_MAX} (2**31 - 1, int32)",
                                      hint="use None (not -1) for an unbounded side" if negative else
                                      "kernels read a window side as int32; one of seqlen_q + seqlen_k or more keeps every key, as None (unbounded) does"))
-        windowed = self.window_left is not None or self.window_right is not None
+        windowed = self.windowed
         if causal and windowed and self.causal_align == "top_left" and self.seqlen_q != self.seqlen_k:
             # The window is measured from the bottom-right diagonal; with a top-left causal mask and
             # Sq != Sk the two diagonals differ and the result is rarely what was meant.
@@ -340,6 +340,11 @@ class AttentionSpec:
         return self.heads // self.kv_heads  # type: ignore[operator]
 
     @property
+    def windowed(self) -> bool:
+        """True where a sliding window bounds the keys on either side (window_left or window_right set)."""
+        return self.window_left is not None or self.window_right is not None
+
+    @property
     def is_decode(self) -> bool:
         """True for one query per sequence (seqlen_q == 1), the KV-cache decode step."""
         return self.seqlen_q == 1
@@ -366,7 +371,7 @@ class AttentionSpec:
             parts.append(f"Dv={self.head_dim_v}")
         if self.causal:
             parts.append(f"causal({self.causal_align})")
-        if self.window_left is not None or self.window_right is not None:
+        if self.windowed:
             side = lambda v: "-" if v is None else str(v)  # noqa: E731
             parts.append(f"window({side(self.window_left)},{side(self.window_right)})")
         if not math.isclose(self.scale, 1.0 / math.sqrt(self.head_dim), rel_tol=1e-12):  # type: ignore[arg-type]

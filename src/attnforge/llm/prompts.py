@@ -84,7 +84,7 @@ def examples_for(spec: AttentionSpec) -> list[str]:
     names = ["gqa_fwd"]
     if spec.causal:
         names.append("gqa_causal_fwd" if spec.causal_align == "bottom_right" else "gqa_causal_topleft_fwd")
-    if spec.window_left is not None or spec.window_right is not None:
+    if spec.windowed:
         names.append("sliding_window_fwd")
     if spec.alibi_slopes is not None:
         names.append("alibi_causal_fwd")

@@ -102,7 +102,7 @@ def _features(spec: AttentionSpec) -> list[str]:
     feats = []
     if spec.causal:
         feats.append(f"causal = {spec.causal_align}")
-    if spec.window_left is not None or spec.window_right is not None:
+    if spec.windowed:
         side = "both" if spec.window_left is not None and spec.window_right is not None else ("left" if spec.window_left is not None else "right")
         feats.append("window" if side == "both" else f"window = {side}")
     if spec.alibi_slopes is not None:
@@ -183,7 +183,7 @@ def kernel_header(name: str, spec: AttentionSpec, target: Target, params: dict[s
 def full_tiles(spec: AttentionSpec) -> str | None:
     """One past the last K/V tile that every row of query block m sees whole (no key masked, no
     key past Sk), when the spec's masks allow such a split: causal and the K/V tail only."""
-    if spec.window_left is not None or spec.window_right is not None or spec.mask_mod is not None:
+    if spec.windowed or spec.mask_mod is not None:
         return None
     if not spec.causal:
         return "Sk // BN"

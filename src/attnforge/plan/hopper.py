@@ -46,7 +46,7 @@ def _persistent(spec: AttentionSpec, d: int, o_through_q: bool) -> bool:
     against the same kernel launched per tile (run 8), at 4k and 16k keys 5% and 15-16% slower (the GQA 4k row: +4%). Since run
     11 that 1k kernel stores O from a staging tile of its own (``_o_staged``), measured persistent; ``o_through_q`` still
     says where O through Qs would be the alternative (up to 4k keys), which is where persistence was measured."""
-    if spec.is_decode or spec.window_left is not None or spec.window_right is not None:
+    if spec.is_decode or spec.windowed:
         return False
     if spec.causal:
         return d <= 64 and spec.seqlen_k <= 4096 or d == 128 and spec.seqlen_k <= 1024 and o_through_q
@@ -67,7 +67,7 @@ def _o_staged(spec: AttentionSpec) -> bool:
         return False
     if spec.head_dim == 64:
         return True
-    windowed = spec.window_left is not None or spec.window_right is not None
+    windowed = spec.windowed
     return spec.head_dim == 128 and not windowed and (spec.causal or spec.seqlen_k <= 4096)
 
 
@@ -79,7 +79,7 @@ _D64_STAGED_STAGES = 4
 
 
 def _masked(spec: AttentionSpec) -> bool:
-    return spec.causal or spec.window_left is not None or spec.window_right is not None or spec.mask_mod is not None
+    return spec.causal or spec.windowed or spec.mask_mod is not None
 
 
 def _o_through_q(spec: AttentionSpec) -> bool:
@@ -104,7 +104,7 @@ _FIRST_SM100 = {
 }
 
 
-HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "ostage"})
+HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "ostage", "occupancy"})
 
 
 def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
@@ -261,23 +261,31 @@ _DECODE_MAX_STAGES = 8
 # run 12, two device calls alike): 8 x 32/8 x 32k keys 0.961x -> 0.980x cuDNN (NSPLIT 8 -> 4: the partial kernel
 # 248 -> 243 us, the combine 7.5 -> 5.0 us); 64 x 32/8 x 4k keys takes one split either way.
 _DECODE_PER_SM = 1
+# Two programs an SM (TL ``param occupancy = 2``: each at 128 registers a thread, its ring near 64 KiB): measured on
+# the H200 (bench/RESULTS.md, 2026-12-02 run 13, one call, the split rule as above), BN = 64, 2 slots against the
+# one-program kernel's 3: 64 x 32/8 x 4k keys 0.984x -> 0.998x cuDNN, 8 x 32/8 x 32k keys 0.994x -> 1.004x.
+_DECODE_OCCUPANCY = 2
+_DECODE_SHARED_RING_BYTES = 64 * 1024
 
 
 def hopper_decode_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     """Split-KV decode in the Hopper form: one compute warpgroup (wgmma M = 64 over the rows, packed
-    GQA's query heads x positions where the group has several), the deepest K/V ring that leaves
-    room for two programs per SM; fallbacks take ring slots away, then narrow BN."""
+    GQA's query heads x positions where the group has several), two programs an SM, each with a
+    K/V ring near 64 KiB; then one program an SM with a ring near 96 KiB; fallbacks take ring slots
+    away, then narrow BN."""
     bn = 64 if max(spec.head_dim, spec.head_dim_v) <= 128 else 32
     per_stage = bn * (spec.head_dim + spec.head_dim_v) * 2  # fp16 / bf16 K and V tiles
     stages = max(2, min(_DECODE_MAX_STAGES, _DECODE_RING_BYTES // per_stage))
+    shared_stages = max(2, min(_DECODE_MAX_STAGES, _DECODE_SHARED_RING_BYTES // per_stage))
     packed = packs_gqa(spec)
     rows = spec.group_size * spec.seqlen_q if packed else spec.seqlen_q
     programs = spec.batch * (spec.kv_heads if packed else spec.heads) * -(-rows // 64)
     what = f"packed GQA ({spec.group_size} query heads x Sq={spec.seqlen_q} as the rows)" if packed else "decode"
-    why = (f"Hopper-form {what}: a load warp keeps a {stages}-slot K/V ring in flight for one compute warpgroup (wgmma M = 64); "
-           + split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn, _DECODE_PER_SM))
-    out = [Candidate(dict(BM=64, BN=bn, warps=4, stages=stages), why)]
-    p = dict(out[0].params)
+    why = (f"Hopper-form {what}: {_DECODE_OCCUPANCY} programs an SM, in each a load warp keeps a {shared_stages}-slot K/V ring in flight "
+           f"for one compute warpgroup (wgmma M = 64); " + split_reason(spec, target, programs, "B*Hkv" if packed else "B*Hq", bn, _DECODE_PER_SM))
+    out = [Candidate(dict(BM=64, BN=bn, warps=4, stages=shared_stages, occupancy=_DECODE_OCCUPANCY), why),
+           Candidate(dict(BM=64, BN=bn, warps=4, stages=stages), f"one program an SM with a {stages}-slot K/V ring")]
+    p = dict(out[1].params)
     while p["stages"] > 2 or p["BN"] > 32:
         p = {**p, "stages": p["stages"] - 1} if p["stages"] > 2 else {**p, "BN": p["BN"] // 2, "stages": stages}
         out.append(Candidate(dict(p), "a smaller K/V ring to fit shared memory"))
@@ -310,7 +318,7 @@ def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None =
     """Every Hopper-form candidate the checker accepts for ``target``, best first (as ``builtin.plans``)."""
     if spec.is_decode or packs_gqa(spec):  # (builtin's rule: packed small-Sq prefill is the split-KV pair too)
         cands = hopper_decode_candidates(spec, target)
-        if prefer is not None and prefer.kind in (None, "decode") and set(prefer.params) == set(cands[0].params):  # the database's choice
+        if prefer is not None and prefer.kind in (None, "decode") and set(prefer.params) - {"occupancy"} == set(cands[1].params):  # the database's
             cands = [prefer] + [c for c in cands if c.params != prefer.params]
         yield from checked_plans(spec, target, "decode", cands, lambda params: hopper_decode_source(spec, target, params))
         return

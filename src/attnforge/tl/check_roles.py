@@ -21,6 +21,22 @@ if TYPE_CHECKING:
 
 WARPGROUP = 4  # wgmma is issued by a warpgroup: 4 consecutive warps, the first a multiple of 4
 REGS_MIN, REGS_MAX, REGS_STEP = 24, 256, 8  # setmaxnreg's range and granule
+MAX_OCCUPANCY = 4  # programs an SM the ``occupancy`` parameter may ask for
+
+
+def occupancy(kernel: n.Kernel) -> int:
+    """The programs resident on one SM that the kernel is written for (``param occupancy``, Hopper
+    form; 1 without it): each has that share of the SM's registers and shared memory."""
+    return int(kernel.param_map().get("occupancy", 1) or 1)
+
+
+def shared_thread_regs(target: Target, programs: int, warps: int) -> int:
+    """The registers a thread may hold when ``programs`` blocks of ``warps`` warps share an SM: the
+    register file over the programs and over the block's threads, its warps counted in whole
+    warpgroups (setmaxnreg moves registers between warpgroups; a kernel launches whole ones), a
+    multiple of 8. ptxas compiles every role within it (a role's setmaxnreg raise does not lift it)."""
+    threads = -(-warps // WARPGROUP) * WARPGROUP * 32
+    return target.regs_per_sm // programs // threads // REGS_STEP * REGS_STEP
 LOOP_CAP = 256  # trips unrolled per loop by the phase rule
 WAIT_CAP = 4096  # Waits and loop trips simulated per role by the phase rule (nested loops multiply)
 
@@ -141,28 +157,30 @@ def _check_regs(kc: KernelCheck, roles: list[n.Role]) -> None:
     ranges = role_warps(kc.k, kc.env)
     if kc.target is None or ranges is None or kc.probe or any(b <= a for _, a, b in ranges):
         return
-    regs_per_sm = kc.target.regs_per_sm
-    budgets = role_regs(ranges, kc.target)
+    programs = occupancy(kc.k)
+    regs_per_sm = kc.target.regs_per_sm // programs
+    budgets = role_regs(ranges, kc.target, programs)
+    whose = "an SM" if programs == 1 else f"a program's share of an SM (its registers over occupancy = {programs})"
     if budgets is None:
         fixed = sum((b - a) * 32 * r.regs for r, a, b in ranges if r.regs is not None)
         free = [r.name for r, _, _ in ranges if r.regs is None]
-        kc.add("TL510", ranges[0][0], f"the roles with regs take {fixed} of the {regs_per_sm} registers of an SM, leaving fewer than {REGS_MIN} per thread for "
+        kc.add("TL510", ranges[0][0], f"the roles with regs take {fixed} of the {regs_per_sm} registers of {whose}, leaving fewer than {REGS_MIN} per thread for "
                                       f"{', '.join(free)}", "lower the other roles' regs or warps")
         return
     used = sum((b - a) * 32 * regs for (_, a, b), regs in zip(ranges, budgets))
     if used > regs_per_sm:
         parts = ", ".join(f"{r.name} {(b - a) * 32} x {regs}" for (r, a, b), regs in zip(ranges, budgets))
-        kc.add("TL510", ranges[0][0], f"the roles' register budgets need {used} registers ({parts} threads x registers), more than the {regs_per_sm} of an SM",
+        kc.add("TL510", ranges[0][0], f"the roles' register budgets need {used} registers ({parts} threads x registers), more than the {regs_per_sm} of {whose}",
                "lower regs or warps of a role")
 
 
-def role_regs(ranges: list[tuple[n.Role, int, int]], target: Target) -> list[int] | None:
+def role_regs(ranges: list[tuple[n.Role, int, int]], target: Target, programs_per_sm: int = 1) -> list[int] | None:
     """Registers per thread of each role: its ``regs``; the roles without share what the others
-    leave of the SM's register file equally (a multiple of 8, at most 255). None: that share is
-    below the minimum of 24."""
+    leave of a program's share of the SM's register file (all of it, or 1 / ``programs_per_sm``:
+    ``occupancy``) equally (a multiple of 8, at most 255). None: that share is below the minimum of 24."""
     fixed = sum((b - a) * 32 * r.regs for r, a, b in ranges if r.regs is not None)
     free = sum((b - a) * 32 for r, a, b in ranges if r.regs is None)
-    share = min((target.regs_per_sm - fixed) // max(free, 1) // REGS_STEP * REGS_STEP, target.regs_per_thread_max)
+    share = min((target.regs_per_sm // programs_per_sm - fixed) // max(free, 1) // REGS_STEP * REGS_STEP, target.regs_per_thread_max)
     if free and share < REGS_MIN:
         return None
     return [r.regs if r.regs is not None else share for r, _, _ in ranges]

@@ -14,11 +14,12 @@ from ..errors import TLRuntimeError
 from ..targets import Target
 from . import nodes as n
 from .evaluate import evaluate
-from .check_roles import role_regs, role_warps
+from .check_roles import MAX_OCCUPANCY, occupancy, role_regs, role_warps, shared_thread_regs
 from .findings import Finding, KernelResources
 
 REG_OVERHEAD = 24  # addresses, loop counters, row indices: registers a thread needs besides tiles
 BARRIER_BYTES = 8  # an mbarrier is one 64-bit word of shared memory
+BLOCK_RESERVED_SMEM = 1024  # shared memory the driver keeps for each resident block (sm_80 and later)
 
 
 def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: list, skip: bool) -> KernelResources:
@@ -63,14 +64,20 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
             fix = _smem_fix(kernel, env, tgt.smem_per_block_optin)
         report(Finding("TL503", "error", kernel.line, kernel.col,
                        f"shared memory {res.smem_bytes // 1024} KiB exceeds {tgt.name}'s {tgt.smem_per_block_optin // 1024} KiB per block ({parts})", fix))
+    _check_occupancy(kernel, res, tgt, report)
     if res.threads > tgt.max_threads_per_block:
         report(Finding("TL506", "error", kernel.line, kernel.col, f"{warps} warps are {res.threads} threads, more than {tgt.max_threads_per_block} per block", "use at most 32 warps; 4 or 8 is usual"))
     if res.regs_per_thread > tgt.regs_per_thread_max:
         report(Finding("TL504", "error", kernel.line, kernel.col,
                        f"about {res.regs_per_thread} registers per thread are live at the peak, more than {tgt.regs_per_thread_max}: the kernel would spill",
                        "raise warps (spreads the accumulators), or lower BM or BN"))
+    elif ranges is not None and occupancy(kernel) > 1 and res.regs_per_thread > (cap := shared_thread_regs(tgt, occupancy(kernel), warps)):
+        report(Finding("TL504", "error", kernel.line, kernel.col,
+                       f"about {res.regs_per_thread} registers per thread are live at the peak, more than the {cap} a thread may hold with "
+                       f"occupancy = {occupancy(kernel)} ({tgt.regs_per_sm} registers over {occupancy(kernel)} programs of {warps} warps in whole "
+                       "warpgroups): it would not compile", "leave occupancy out (one program an SM), or lower BM, BN or the head dim's tiles"))
     elif ranges is not None:
-        budget = (role_regs(ranges, tgt) or [None])[0]  # None: reported as TL510
+        budget = (role_regs(ranges, tgt, occupancy(kernel)) or [None])[0]  # None: reported as TL510
         if budget is not None and res.regs_per_thread > budget:
             first = ranges[0][0]
             report(Finding("TL504", "error", first.line, first.col,
@@ -81,6 +88,28 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
                        f"{res.threads} threads x {res.regs_per_thread} registers exceed the {tgt.regs_per_sm} registers of an SM",
                        "lower warps or the tile sizes"))
     return res
+
+
+def _check_occupancy(kernel: n.Kernel, res: KernelResources, tgt: Target, report) -> None:
+    """TL511: ``param occupancy = N`` (N programs resident on an SM) must leave each its share:
+    N blocks' shared memory (with the driver's reserve per block) within the SM's, N blocks' threads
+    within the SM's. (Registers: each role's budget is taken from 1/N of the register file, TL510.)"""
+    want = kernel.param_map().get("occupancy")
+    if want is None:
+        return
+    if not isinstance(want, int) or not 1 <= want <= MAX_OCCUPANCY:
+        report(Finding("TL511", "error", kernel.line, kernel.col, f"occupancy = {want}: the programs resident on an SM, 1 to {MAX_OCCUPANCY}",
+                       "write occupancy = 2 (two programs an SM), or leave it out (1)"))
+        return
+    need = want * (res.smem_bytes + BLOCK_RESERVED_SMEM)
+    if need > tgt.smem_per_sm:
+        report(Finding("TL511", "error", kernel.line, kernel.col,
+                       f"occupancy = {want} needs {want} x ({res.smem_bytes // 1024} KiB + 1 KiB reserved) = {need // 1024} KiB of shared memory, "
+                       f"more than {tgt.name}'s {tgt.smem_per_sm // 1024} KiB an SM", "fewer ring stages or a smaller BN, or a lower occupancy"))
+    if want * res.threads > tgt.max_threads_per_sm:
+        report(Finding("TL511", "error", kernel.line, kernel.col,
+                       f"occupancy = {want} needs {want * res.threads} threads an SM, more than {tgt.name}'s {tgt.max_threads_per_sm}",
+                       "fewer warps, or a lower occupancy"))
 
 
 def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:

@@ -80,7 +80,8 @@ def compile_for_target(module: ModuleType, target: Target, keep_dir: Path | None
     gpu = GPUTarget("cuda", target.cc[0] * 10 + target.cc[1], 32)
     start = time.perf_counter()
     try:
-        kernel = triton.compile(src, target=gpu, options={"num_warps": int(module.WG_WARPS)})
+        nreg = getattr(module, "MAXNREG", None)  # the TL's occupancy: the launch's maxnreg, compiled alike
+        kernel = triton.compile(src, target=gpu, options={"num_warps": int(module.WG_WARPS), **({"maxnreg": nreg} if nreg else {})})
     except (OutOfResources, CompilationError, RuntimeError) as e:  # (layout verifiers raise RuntimeError)
         oor = e if isinstance(e, OutOfResources) else e.__cause__
         if isinstance(oor, OutOfResources) and oor.name == "shared memory":

@@ -33,7 +33,8 @@ from . import tcgen05
 from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers
 from .merge import merge_fn
 from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
-from .writer import GL_DTYPE, MERGED_OUTPUT_STRIDES, Q_STRIDES, Writer, compute_regs, const, load_regs, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
+from ...tl.check_roles import occupancy
+from .writer import GL_DTYPE, MERGED_OUTPUT_STRIDES, Q_STRIDES, Writer, compute_regs, const, load_regs, max_registers, next_work_tile, rows_slowest, shared_args, tile_coordinates, work_tiles
 
 # ---------------------------------------------------------------------- the load role
 
@@ -237,8 +238,9 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
     factor = fused_factor(m, hk.loops[-1])
     positive = "True" if factor is None else (repr(factor.value > 0) if isinstance(factor, n.Num) else f"{factor.id} > 0")
     merge = ", MERGE=not one" if m.merge else ""
+    nreg = ", maxnreg=MAXNREG" if max_registers(m) is not None else ""
     m.emit(f"launch_kernel({hk.kernel.name}, grid, ({', '.join(m.descriptors)}, {args}), dict(SCALE_POSITIVE={positive}{merge}), "
-           f"num_warps=WG_WARPS, slots=slots{'' if one_split is None else ', index=2 if one else 0'})", 1)
+           f"num_warps=WG_WARPS{nreg}, slots=slots{'' if one_split is None else ', index=2 if one else 0'})", 1)
     if combine is not None and not m.merge:
         _combine_launch(m, combine)
 
@@ -431,6 +433,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         + (f", 'o': {[1, 1, hk.params['BM'] // nwg, head_dim_v]}" if hk.ostage else "") + "}  # TMA blocks (B, H, rows, cols)",
         *([f"SCRATCH = {tuple(sc.name for sc in kernel.scratch)!r}  # fp32 buffers launch() allocates per call"] if combine is not None else []),
         f"FLOAT_ARGS = {tuple(x for x in kernel.scalars if x not in INT_SCALARS)!r}",
+        *([f"MAXNREG = {max_registers(m)}  # registers a thread: the TL's occupancy = {occupancy(kernel)} programs an SM share its register file"]
+          if max_registers(m) is not None else []),
         "TL_SOURCE = '''\\",
         print_program(program).replace("\\", "\\\\").replace("'''", "\\'\\'\\'") + "'''",
         "",

@@ -31,6 +31,20 @@ MERGED_OUTPUT_STRIDES = {"o": (*OUTPUT_STRIDES["o"], "so_d"), "lse": OUTPUT_STRI
 LOAD_REGS = 24  # a load role without a budget: setmaxnreg's minimum (it only issues TMA copies)
 
 
+def max_registers(m: "Writer") -> int | None:
+    """The registers a thread may hold (the kernel's .maxnreg, launch option ``maxnreg``) where the TL asks
+    for several programs an SM (``param occupancy``): the SM's register file over the programs and over the
+    threads Triton launches (whole warpgroups: ``check_roles.shared_thread_regs``); None for one program an SM."""
+    from ...targets import get_target
+    from ...tl.check_roles import occupancy, shared_thread_regs
+
+    programs = occupancy(m.hk.kernel)
+    if programs == 1:
+        return None
+    warps = const(m, m.hk.compute.warp_stop) + const(m, n.Binary("-", m.hk.load.warp_stop, m.hk.load.warp_start))
+    return shared_thread_regs(get_target(m.hk.kernel.target or "sm_90"), programs, warps)
+
+
 def load_regs(hk: HopperKernel) -> int:
     return hk.load.regs or LOAD_REGS
 
