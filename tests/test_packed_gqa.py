@@ -151,6 +151,13 @@ TRITON_CASES = {
         dict(),
         [CaseShape(2, 8, 2, 1, 90), CaseShape(1, 12, 3, 1, 37, "bshd"), CaseShape(1, 4, 4, 3, 20)],
     ),
+    # a launch of one split (8 programs fill the interpreter's 4 SMs twice over): the partial kernel alone stores into
+    # o and lse (a BSHD o too: its views keep o's strides); the 2-program shape takes several splits and the merge
+    "decode_one_split": (
+        dict(batch=4, heads=8, kv_heads=2, seqlen_q=1, seqlen_k=40, head_dim=32, dtype="bf16"),
+        dict(),
+        [CaseShape(4, 8, 2, 1, 40), CaseShape(4, 8, 2, 1, 40, "bshd"), CaseShape(1, 8, 2, 1, 40)],
+    ),
     # speculative decoding (Sq = 5, G = 4): positions per packed row under a causal window and softcap
     "small_sq_window_softcap": (  # the split count fixed at compile time
         dict(heads=8, kv_heads=2, seqlen_q=5, seqlen_k=70, head_dim=40, dtype="fp16", causal=True, window_left=21, softcap=2.0),

@@ -61,20 +61,35 @@ def test_a_replay_puts_the_new_calls_tensors_where_the_recorded_ones_were():
     assert fresh.shape == buf.shape and fresh.stride() == buf.stride() and fresh.dtype == buf.dtype
 
 
+def test_a_view_of_a_calls_tensor_is_made_again_on_the_next_calls():
+    """A split-KV launch of one split passes o.unsqueeze(1) as the partial kernel's output (triton/launcher.py):
+    the replay makes that view of the new call's o, as it would any view of all of a call tensor's elements."""
+    first, second = _call(), _call()
+    q, k, v, o, lse = first
+    trace = [(FakeDirect(), (4,), (q.view(2, -1, 32), k, v, o.unsqueeze(1), lse.unsqueeze(1), 7))]
+    replay = Replay.record(_recording(trace, []), first, device=0)
+    assert replay is not None
+    replay(second)
+    ((_, args, _),) = trace[0][0].calls
+    q2, _, _, o2, lse2 = second
+    assert args[3].data_ptr() == o2.data_ptr() and args[3].shape == o.unsqueeze(1).shape and args[3].stride() == o.unsqueeze(1).stride()
+    assert args[4].data_ptr() == lse2.data_ptr() and args[0].data_ptr() == q2.data_ptr() and args[0].shape == (2, q.numel() // 64, 32)
+
+
 def test_a_launch_through_the_jit_is_not_replayed():
     call = _call()
     assert Replay.record(_recording([(FakeDirect(), (1,), call), (None, (1,), call)]), call, device=0) is None
 
 
-@pytest.mark.parametrize("made_by_launcher", ["view_of_input", "copy_of_input", "descriptor_over_scratch", "descriptor_not_at_a_descriptor_position"])
+@pytest.mark.parametrize("made_by_launcher", ["part_of_input", "copy_of_input", "descriptor_over_scratch", "descriptor_not_at_a_descriptor_position"])
 def test_what_a_replay_could_get_wrong_is_not_recorded(made_by_launcher):
     q, k, v, o, lse = call = _call()
     registered = []
     if made_by_launcher == "copy_of_input":  # a buffer of its own, but holding q's values: a fresh one would not
         args = (q.transpose(2, 3).contiguous(), k, v, o, lse)
         direct = FakeDirect()
-    elif made_by_launcher == "view_of_input":
-        args = (q.view(2, 16, 32), k, v, o, lse)  # a view the launcher made of q: not a buffer of its own
+    elif made_by_launcher == "part_of_input":
+        args = (q[:, 1:], k, v, o, lse)  # a view of some of q's elements: where they lie in another call's q is not recorded
         direct = FakeDirect()
     elif made_by_launcher == "descriptor_over_scratch":
         buf = scratch_buffer = torch.empty(4, 32)

@@ -166,6 +166,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "packed Q rows take the position r % Sq (head-major order) while their head is r % G"),
     Mutant("packed_row_head_rotated", "decode", "kernel", r"Qs_slot = Qs_rows % \(Hq // Hkv\)", "Qs_slot = (Qs_rows + 1) % (Hq // Hkv)",
            "each packed Q row reads the next query head of its group"),
+    # a launch of one split stores into o and lse itself (triton/launcher.py): taken at every split count, the splits overwrite each other
+    Mutant("triton_decode_one_split_for_every_count", "decode", "kernel", r"one = NSPLIT == 1  #", "one = True  #",
+           "the partial kernel stores into o and lse at every split count: each split's partial result overwrites the others', unmerged"),
     # ---- a model's kernel module (``--translate llm``, ``--mode direct``): the same bugs must not slip
     # through the LLM path's gate, and neither may a module that computes on the host
     Mutant("model_scale_dropped", "window", "model", r"^(\s*)S = S \* \(scale \* 1\.4426950408889634\)$", r"\1S = S * 1.4426950408889634",

@@ -14,6 +14,7 @@ from ...abi import ARG_SHAPES, HEAD_DIM_NAMES, INT_SCALARS, SIZE_ARGS
 from ...dtypes import TORCH_NAMES
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
+from ...plan.builtin import one_split_axis
 from . import exprs
 from .emit import INDENT, stride_names
 from .formats import SIGNATURE_TYPE
@@ -80,6 +81,9 @@ class KernelInfo:
 
 
 def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> list[str]:
+    """``launch()``: the arguments checked, the launch-time values and scratch, each kernel launched in
+    turn. A split-KV pair whose second kernel is the planner's merge (``plan.builtin.one_split_axis``)
+    launched with one split runs the partial kernel alone, storing into views of o and lse."""
     tensors = [t for t in ARG_SHAPES if any(t in i.tensors for i in infos)]
     scalars: list[str] = []
     for i in infos:
@@ -105,6 +109,7 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
             lines.append(f'{INDENT}{name} = window_bound("{name}", {name}, Sq, Sk)')
     allocated: set[str] = set()
     computed: set[str] = set()
+    one_split = one_split_axis(program)  # the second kernel is the planner's merge: one split needs none
     for index, info in enumerate(infos):
         kernel = next(k for k in program.kernels if k.name == info.name)
         names = {**{s: s for s in SIZE_ARGS + HEAD_DIM_NAMES + tuple(info.scalars)}, **{p: str(v) for p, v in info.params.items()}}
@@ -116,12 +121,21 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
                 lines.append(f"{INDENT}# {v.name}: the split count for these sizes on this device, chosen per call (attnforge.splits)")
                 lines.append(f"{INDENT}{v.name} = split_count({exprs.host(v.programs, ctx)}, {exprs.host(v.tiles, ctx)}, program_slots(q.device), {v.per_sm})")
         ctx.names.update({name: name for name in computed})
-        for sc in kernel.scratch:
-            if sc.name in info.tensors and sc.name not in allocated:
-                allocated.add(sc.name)
-                shape = ", ".join(exprs.host(e, ctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
-                fmt = dict(kernel.dtypes).get(sc.dtype, sc.dtype)
-                lines.append(f"{INDENT}{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype=torch.{TORCH_NAMES[fmt]}))")
+        fresh = [sc for sc in kernel.scratch if sc.name in info.tensors and sc.name not in allocated]
+        indent = INDENT
+        if fresh and one_split is not None:
+            o_part, lse_part = (next(sc.name for sc in kernel.scratch if len(sc.shape) == rank) for rank in (5, 4))
+            (nsplit,) = kernel.launch_names()
+            lines.append(f"{INDENT}one = {nsplit} == 1  # one split: its partial result is the merge's (plan.builtin.one_split_axis)")
+            lines.append(f"{INDENT}if one:  # the partial kernel stores into o and lse (its O store casts to o's format); no merge runs")
+            lines.append(f"{INDENT * 2}{o_part}, {lse_part} = o.unsqueeze({one_split}), lse.unsqueeze({one_split})")
+            lines.append(f"{INDENT}else:")
+            indent = INDENT * 2
+        for sc in fresh:
+            allocated.add(sc.name)
+            shape = ", ".join(exprs.host(e, ctx) for e in sc.shape) + ("," if len(sc.shape) == 1 else "")
+            fmt = dict(kernel.dtypes).get(sc.dtype, sc.dtype)
+            lines.append(f"{indent}{sc.name} = scratch(torch.empty(({shape}), device=q.device, dtype=torch.{TORCH_NAMES[fmt]}))")
         grid = " * ".join(exprs.host(g.extent, ctx) for g in kernel.grid) or "1"
         if info.persistent:
             lines.append(f"{INDENT}points = {grid}")
@@ -133,10 +147,15 @@ def launcher(program: n.Program, infos: list[KernelInfo], file: str | None) -> l
             ", ".join(f"*{t}.stride()" for t in info.tensors),
             ", ".join(SIZE_ARGS + info.scalars + info.launch),
         ]
-        lines.append(f"{INDENT}launch_kernel({info.name}, ({grid},), (")
-        lines += [f"{INDENT * 2}{g}," for g in groups if g]
-        lines.append(f"{INDENT}), dict({', '.join(f'{c}={v}' for c, v in info.constexprs.items())}),")
-        lines.append(f"{INDENT * 2}num_warps={info.num_warps}, num_stages={info.num_stages}, slots=slots, index={index})")
+        split_pair = one_split is not None and len(infos) == 2
+        if split_pair and index == 1:
+            lines.append(f"{INDENT}if not one:")
+        at = INDENT * 2 if split_pair and index == 1 else INDENT
+        slot = "2 if one else 0" if split_pair and index == 0 else str(index)  # (a kernel storing into o: o's format, its own slot)
+        lines.append(f"{at}launch_kernel({info.name}, ({grid},), (")
+        lines += [f"{at}{INDENT}{g}," for g in groups if g]
+        lines.append(f"{at}), dict({', '.join(f'{c}={v}' for c, v in info.constexprs.items())}),")
+        lines.append(f"{at}{INDENT}num_warps={info.num_warps}, num_stages={info.num_stages}, slots=slots, index={slot})")
     return lines
 
 
