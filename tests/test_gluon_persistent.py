@@ -109,12 +109,12 @@ class _Recorder:
         self.events.append(("mma_wait", int(n)))
         return ANY, ANY, ANY
 
-    # the ping-pong turn (named barrier 14 + WG): taken by this warpgroup, passed by the other
+    # the ping-pong turn (a named barrier per warpgroup): taken by this warpgroup, passed to the next of ``sets``
     def take_turn(self, wg):
         self.events.append(("wait", "turn", int(wg), 0))
 
     def pass_turn(self, wg):
-        self.events.append(("arrive", "turn", 1 - int(wg)))
+        self.events.append(("arrive", "turn", (int(wg) + 1) % self.sets))
 
     def scores(self, *args):
         named = dict(zip(self.scores_params, args))
@@ -161,6 +161,7 @@ def _roles(source: str, pid: int, programs: int):
     scores_params = re.search(r"^def _scores\((.*?)\):", source, re.M).group(1)
     scores_params = [p.split(":")[0].strip() for p in scores_params.split(",")]
     rec = _Recorder(scores_params)
+    rec.sets = _sets(source)
     names = {"gl": gl, "gluon": type("G", (), {"jit": staticmethod(lambda f: f)}), "mbarrier": rec, "tma": rec,
              "warpgroup_mma": rec.warpgroup_mma, "warpgroup_mma_wait": rec.warpgroup_mma_wait, "fence_async_shared": lambda: None}
     for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
@@ -169,6 +170,11 @@ def _roles(source: str, pid: int, programs: int):
         exec(block, names)
     names.update(_scores=rec.scores, _take_turn=rec.take_turn, _pass_turn=rec.pass_turn)
     return names["_load"], names["_compute"], rec
+
+
+def _sets(source: str) -> int:
+    """The module's compute warpgroup sets (ping-pong: each its own role here)."""
+    return int(re.search(r"^SETS = gl\.constexpr\((\d+)\)", source, re.M).group(1))
 
 
 def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: int) -> dict[int, dict[str, list]]:
@@ -184,7 +190,7 @@ def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: i
         exec(textwrap.dedent(kernel), names)
         values.update({a: names[a] for a in ("m", "b", "h") if a in names})
         roles = {}
-        for role in ("load", "compute0", "compute1"):
+        for role in ("load", *(f"compute{wg}" for wg in range(_sets(source)))):
             load, compute, rec = _roles(source, pid, programs)
             fn = load if role == "load" else compute
             args = {}
@@ -199,8 +205,6 @@ def _run(source: str, spec: AttentionSpec, B: int, Sq: int, Sk: int, programs: i
                     args[p] = 1
                 else:  # shared tiles, rings and barriers (the translator's q_free too)
                     args[p] = _Slot(p, None, rec.events)
-            if role == "compute1" and "_take_turn(WG)" not in source:
-                continue  # no ping-pong: one compute warpgroup set
             fn(**args)
             roles[role] = rec.events
         runs[pid] = roles
@@ -220,7 +224,11 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
             if e[0] == "copy":
                 _, ring, slot, coord, bar, bar_slot = e
                 fills[(ring, slot)].append(coord)
-                if ring == "Qs":
+                if ring == "Qs" and slot not in (None, 0):  # ping-pong: a box per warpgroup set, slot w its rows of the last tile's
+                    sets = len(roles) - 1
+                    assert coord[:2] + (coord[2] - slot * (bm // sets),) == q_tiles[-1][1:] + (q_tiles[-1][0] * bm,), (
+                        f"program {pid}: Q's box into slot {slot} at {coord}, not rows {slot} * {bm // sets} on of work tile {q_tiles[-1]}")
+                elif ring == "Qs":
                     q_tiles.append((coord[2] // bm, coord[0], coord[1]))
             elif e[0] == "wait":  # the load warp waits on freeing barriers only: the n-th on phase (n + 1) % 2
                 _, bar, slot, phase = e
@@ -257,7 +265,7 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                     pending = [(r, c) for r, c in pending if r != "Ks"]
             for ring, coord in pending:  # V tiles of the last scores, each the K tile's partner
                 assert ring == "Vs"
-            _check_o_stores(pid, role, events, q_tiles, bm)
+            _check_o_stores(pid, role, events, q_tiles, bm, len(roles) - 1)
             assert tiles_done == [t for t in q_tiles if t in tiles_done], f"program {pid} {role}: tiles out of the load warp's order"
         assert not seen & set(q_tiles), f"program {pid} takes a work tile another took"
         seen |= set(q_tiles)
@@ -329,7 +337,7 @@ def _check_progress(runs: dict) -> None:
             assert moved, f"program {pid}: the roles deadlock, each waiting: {blocked}"
 
 
-def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int) -> None:
+def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int, sets: int) -> None:
     """An ostage kernel's O leaves by TMA stores from shared memory: one per work tile, at the tile's
     rows of this warpgroup. The shared tile a store reads is written again (or the program ends) only
     after a wait for that store; Qs (ostage = 2) is written only after a wait for every GEMM once
@@ -338,8 +346,8 @@ def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[
     stores = [e for e in events if e[0] == "ostore"]
     if not stores:
         return
-    wg = int(role[-1])  # (warpgroup set 1 exists in ping-pong only, where each set owns BM / 2 rows)
-    want = [(b, h, m * bm + wg * (bm // 2), 0) for m, b, h in tiles]
+    wg = int(role[-1])  # (warpgroup sets past 0 exist in ping-pong only, where each set owns BM / sets rows)
+    want = [(b, h, m * bm + wg * (bm // sets), 0) for m, b, h in tiles]
     got = [e[2] for e in stores]
     assert got == want, f"program {pid} {role}: O stored at {got}, not the work tiles' rows {want}"
     unread: set[tuple] = set()  # shared tiles a store has not been waited for yet
@@ -377,6 +385,11 @@ SPECS = {
                    dict(BM=128, BN=64, warps=8, stages=2, pingpong=1)),
     "d256-overlap": (AttentionSpec(heads=2, kv_heads=2, head_dim=256, dtype="fp16"), dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1)),
     "no-schedules": (AttentionSpec(heads=2, kv_heads=2, head_dim=64, dtype="bf16", causal=True), dict(BM=128, BN=64, warps=8, stages=2)),
+    # three warpgroups in ping-pong (BM = 192: Q in a TMA box per warpgroup, the turns passed round)
+    "three-sets-d64": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True),
+                       dict(BM=192, BN=128, warps=12, stages=4, pingpong=1)),
+    "three-sets-overlap": (AttentionSpec(heads=2, kv_heads=2, head_dim=128, dtype="fp16"),
+                           dict(BM=192, BN=64, warps=12, stages=4, pingpong=1, overlap=1)),
 }
 
 
@@ -447,7 +460,7 @@ def test_a_load_order_that_deadlocks_is_caught():
     played against each other they stop."""
     spec, params = SPECS["full-d128"]
     source = _source(spec, {**params, "persistent": 1, "ostage": 2})
-    q_copy = re.search(r"^ *# TL: Copy Q .*\n(?: *mbarrier\.(?:wait|expect)\(q_.*\n)+ *tma\.async_copy_global_to_shared\(q_desc.*\n", source, re.M)
+    q_copy = re.search(r"^ *# TL: Copy Q .*\n(?: *mbarrier\.(?:wait|expect)\(q_.*\n)+(?: *for w in gl\.static_range\(SETS\):.*\n)? *tma\.async_copy_global_to_shared\(q_desc.*\n", source, re.M)
     kv_loop = re.search(r"^( *)for j in range\(0, gl\.cdiv\(Sk, BN\)\):\n(?:\1 .*\n)+", source[q_copy.end():], re.M)
     late = source[:q_copy.start()] + source[q_copy.end():q_copy.end() + kv_loop.end()] + q_copy.group(0) + source[q_copy.end() + kv_loop.end():]
     _check_progress(_run(source, spec, 2, 300, 900, 2))
@@ -481,6 +494,22 @@ def test_a_first_turn_never_passed_is_a_deadlock():
     source = _source(spec, {**params, "persistent": 1})
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_first_turn_never_passed"]
     _check_progress(_run(source, spec, 1, 300, 500, 1))
+    with pytest.raises(AssertionError, match="deadlock"):
+        _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
+
+
+def test_three_warpgroups_pass_the_turn_round_and_the_last_passes_first():
+    """With three warpgroup sets each passes its turn to the next (2 to 0): the last one's up-front pass lets warpgroup 0
+    go first; without it every warpgroup waits for the one before it, and a pass back to the one before also stops."""
+    from attnforge.selftest.mutants import GLUON_MUTANTS
+
+    spec, params = SPECS["three-sets-d64"]
+    source = _source(spec, {**params, "persistent": 1, "ostage": 1})
+    assert "(_compute, (2, " in source and "if WG == SETS - 1:" in source
+    runs = _run(source, spec, 2, 500, 700, 2)
+    assert {r for roles in runs.values() for r in roles} == {"load", "compute0", "compute1", "compute2"}
+    _check_progress(runs)
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_first_turn_never_passed"]
     with pytest.raises(AssertionError, match="deadlock"):
         _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
 

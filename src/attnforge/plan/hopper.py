@@ -5,9 +5,9 @@ shared-memory slots, each slot guarded by a "ready" barrier per tensor (the copy
 straight from shared memory and runs the online softmax on the accumulators.
 
 Two schedule parameters say how the compute role's time overlaps (the interpreter ignores them;
-the Gluon translator honours them): ``pingpong = 1`` splits the compute warps into two warpgroups
-that own half of the BM rows each and take turns issuing their GEMMs, so one warpgroup's softmax
-runs while the other's GEMMs hold the tensor cores; ``overlap = 1`` issues the next tile's QK^T GEMM
+the Gluon translator honours them): ``pingpong = 1`` splits the compute warps into warpgroups
+that own a share of the BM rows each and take turns issuing their GEMMs, so one warpgroup's softmax
+runs while another's GEMMs hold the tensor cores; ``overlap = 1`` issues the next tile's QK^T GEMM
 before the softmax of the current one (FlashAttention-3's intra-warpgroup overlap). On sm_100 both
 stay off: the gluon backend maps the same statements to tcgen05 MMAs into tensor memory. A third,
 ``persistent = 1``, has one program per SM walk the work tiles (``_persistent`` says where it is on).

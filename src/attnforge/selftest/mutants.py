@@ -275,8 +275,8 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            "the two warpgroups issue their GEMMs without taking turns", every=True,
            equivalent="the turns only order the warpgroups' GEMM issue (speed): each warpgroup's own data flow is unchanged"),
     Mutant("gluon_first_turn_never_passed", "hopper", "kernel",
-           r"^(\s*)if WG == 1:  # warpgroup 0 takes the first turn\n\s*_pass_turn\(WG\)\n", "",
-           "warpgroup 1 never passes the first turn: each warpgroup waits on its named barrier for the other (a hang)"),
+           r"^(\s*)if WG == SETS - 1:  # warpgroup 0 takes the first turn\n\s*_pass_turn\(WG\)\n", "",
+           "the last warpgroup never passes the first turn: each warpgroup waits on its named barrier for the one before (a hang)"),
     Mutant("gluon_softmax_max_units_mixed", "hopper_alibi", "kernel",
            r"P = gl\.exp2\(S \* 1\.4426950408889634 - gl\.expand_dims\(m_use, 1\)\)\n(\s*)alpha = gl\.exp2\(m_i - m_use\)"
            r"([\s\S]*?)\(m_i \+ gl\.log2\(l_i\)\) \* 0\.6931471805599453",
@@ -297,9 +297,9 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            "each row's upper key bound one past its diagonal: every row also sees the next query's key"),
     Mutant("gluon_ostage_rows_of_one_warpgroup", "hopper_persistent", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "both warpgroup sets' TMA stores of O go to the first set's rows: the second half of every row tile is never written"),
-    Mutant("gluon_ostage2_stores_the_other_warpgroups_rows", "hopper_o_via_q", "kernel", r"Qs\.slice\(WG \* HM, HM, dim=2\)\)",
-           "Qs.slice((1 - WG) * HM, HM, dim=2))",
-           "with O out through Qs, each warpgroup set's TMA store takes the other set's rows of Qs: the two halves of every row tile swapped"),
+    Mutant("gluon_ostage2_stores_the_other_warpgroups_rows", "hopper_o_via_q", "kernel", r"o_desc, \[(.*)\], Qs\.index\(WG\)\)",
+           r"o_desc, [\1], Qs.index((WG + 1) % SETS))",
+           "with O out through Qs, each warpgroup set's TMA store takes the next set's rows of Qs: the row tile's shares swapped round"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),

@@ -1,6 +1,6 @@
 """The compute role of a Hopper-form kernel in Gluon: the scores of a tile (modifiers, mask, online
-softmax in base 2), and the tile loop placed by the schedule parameters -- two warpgroups taking
-turns at the tensor cores (``pingpong``), the next tile's QK^T issued before the softmax (``overlap``)
+softmax in base 2), and the tile loop placed by the schedule parameters -- warpgroups taking
+turns at the tensor cores in order (``pingpong``), the next tile's QK^T issued before the softmax (``overlap``)
 -- then the epilogue (normalise, log-sum-exp, the stores of O and LSE)."""
 
 from __future__ import annotations
@@ -197,26 +197,28 @@ def _turn(m: Writer, indent: int, take: bool) -> None:
     if take:
         m.emit("_take_turn(WG)  # this warpgroup's turn to issue GEMMs", indent)
     else:
-        m.emit("_pass_turn(WG)  # the other warpgroup's turn", indent)
+        m.emit("_pass_turn(WG)  # the next warpgroup's turn", indent)
 
 
-# The ping-pong turn on two hardware named barriers, one per warpgroup (ids past the few Triton's partitions use).
-# A warpgroup takes its turn with bar.sync on its own; the other passes it with bar.arrive, each warp once it has issued
-# its GEMMs, without waiting (an mbarrier's one elected arrival needs the warpgroup's bar.sync first: measured on the
-# H200, bench/RESULTS.md 2026-12-02 run 9, 0.5-4% slower). Warpgroup 1 passes once up front: warpgroup 0 goes first.
-TURN_BARRIER = 14
+# The ping-pong turn on hardware named barriers, one per warpgroup: the last SETS of the 16 ids (past the few Triton's
+# partitions use; 14 and 15 for two warpgroups). A warpgroup takes its turn with bar.sync on its own; the one before it
+# (WG - 1, the last before the first) passes it with bar.arrive, each warp once it has issued its GEMMs, without waiting
+# (an mbarrier's one elected arrival needs the warpgroup's bar.sync first: measured on the H200, bench/RESULTS.md
+# 2026-12-02 run 9, 0.5-4% slower). The last warpgroup passes once up front: warpgroup 0 goes first.
+TURN_BARRIERS_END = 16
 
 
 def turn_helpers(m: Writer) -> None:
     """``_take_turn`` and ``_pass_turn`` (pingpong): one bar.sync / bar.arrive a thread of the warpgroup, on named
-    barrier TURN_BARRIER + the warpgroup taking the turn, which completes with both warpgroups' threads."""
+    barrier TURN_BARRIERS_END - SETS + the warpgroup taking the turn, which completes with its threads and the passer's."""
     threads = 2 * 32 * m.warps_per_set
-    for name, op, bar in (("_take_turn", "sync", "WG"), ("_pass_turn", "arrive", "1 - WG")):
+    first = f"{TURN_BARRIERS_END} - SETS"
+    for name, op, bar in (("_take_turn", "sync", "WG"), ("_pass_turn", "arrive", "(WG + 1) % SETS")):
         m.emit("@gluon.jit")
         m.emit(f"def {name}(WG: gl.constexpr):")
         m.emit(f"one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])", 1)
         m.emit(f'gl.inline_asm_elementwise("bar.{op} $1, {threads}; mov.u32 $0, 0;", "=r,r", '
-               f"[gl.full([32 * WG_WARPS], {TURN_BARRIER} + {bar}, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)", 1)
+               f"[gl.full([32 * WG_WARPS], {first} + {bar}, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)", 1)
         m.emit()
 
 
@@ -277,16 +279,16 @@ def compute_fn(m: Writer) -> None:
     m.emit("@gluon.jit")
     merge = ", MERGE: gl.constexpr" if m.merge else ""
     m.emit(f"def _compute(WG: gl.constexpr, {shared}, {', '.join(m.role_args())}, SCALE_POSITIVE: gl.constexpr{merge}):")
-    m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + ("  (pingpong: two warpgroups of BM // 2 rows each)" if hk.pingpong else ""), 1)
+    m.emit(f"# TL: {stmt_lines(hk.compute)[0].strip()}" + (f"  (pingpong: {hk.sets} warpgroups of BM // {hk.sets} rows each)" if hk.pingpong else ""), 1)
     m.emit("# Each warpgroup set owns HM rows; WG is its index (0 without pingpong).", 1)
     m.emit("s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, BN, 16])", 1)
     m.emit("o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WG_WARPS, 1], instr_shape=[16, Dv, 16])", 1)
     m.emit("p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)", 1)
     m.emit("row_o: gl.constexpr = gl.SliceLayout(1, o_layout)", 1)
     q_name = hk.loops[0].qk.a
-    m.emit(f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
+    m.emit(f"q_t = {q_name}.index(WG).reshape([HM, D])" if m.q_parts > 1 else f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
     if hk.pingpong:
-        m.emit("if WG == 1:  # warpgroup 0 takes the first turn", 1)
+        m.emit("if WG == SETS - 1:  # warpgroup 0 takes the first turn", 1)
         m.emit("_pass_turn(WG)", 2)
     if hk.persistent:
         m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
@@ -407,7 +409,8 @@ def _tma_store_o(m: Writer, s: n.Copy) -> None:
     if m.hk.o_via_q:
         m.emit("q_t.store(out)  # O into this warpgroup's rows of Qs: its last QK^T GEMM is done", 1)
         m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
-        m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {_q_buffer(m)}.slice(WG * HM, HM, dim=2))", 1)
+        rows = f"{_q_buffer(m)}.index(WG)" if m.q_parts > 1 else f"{_q_buffer(m)}.slice(WG * HM, HM, dim=2)"
+        m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {rows})", 1)
         if m.hk.persistent:
             m.emit("tma.store_wait(0)  # the store has read Qs", 1)
             m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its QK^T GEMMs and O's store are done with it", 1)

@@ -4,9 +4,9 @@ compute role is ``compute``'s; what both write with is ``writer``'s).
 
 Each TL statement becomes the Gluon code under a ``# TL:`` comment that quotes it. The load role is
 translated statement by statement. The compute role's tile loop is placed by the schedule
-parameters (``shape`` takes it apart): with ``pingpong`` its warps split into two warpgroups, each
-owning half of the BM rows, that take turns issuing GEMMs through a pair of hardware named barriers
-(``compute.turn_helpers``); with ``overlap`` the next tile's QK^T GEMM is issued (at the TL's own wait, slot and
+parameters (``shape`` takes it apart): with ``pingpong`` its warps split into warpgroups (two or more),
+each owning its share of the BM rows, that take turns in order issuing GEMMs through hardware named
+barriers, one each (``compute.turn_helpers``); with ``overlap`` the next tile's QK^T GEMM is issued (at the TL's own wait, slot and
 phase for tile j + 1) before the softmax of tile j, and the PV GEMM of tile j runs under that softmax.
 
 A split-KV program (decode) is two kernels: the partial kernel in the Hopper form, translated as
@@ -49,10 +49,12 @@ def _descriptor_tiles(m: Writer) -> dict[str, tuple[n.Expr, ...]]:
     return tiles
 
 
-def _tma_coord(m: Writer, s: n.Copy) -> str:
+def _tma_coord(m: Writer, s: n.Copy, row: str = "") -> str:
+    """A TMA copy's coordinates: the view's leading offsets, then the tile's; ``row`` added to the tile's first (a part's rows)."""
     view = m.hk.views[s.src]
     lead = [m.dev(e) for e in view.offset]
     tail = [f"({m.dev(c)}) * {m.dev(t)}" for c, t in zip(s.coord, s.tile)]
+    tail[0] += row
     return "[" + ", ".join(lead + tail) + "]"
 
 
@@ -67,6 +69,11 @@ def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int, ring_var: str 
             bar = m.bar(n.BarrierRef(s.signal.name, at(s.signal.index)))
             if m.hk.persistent and s.signal == m.hk.q_wait.barrier:
                 m.emit(f"mbarrier.wait({Q_FREE_NAME}, (tiles + 1) % 2)  # the previous work tile's QK^T GEMMs are done with Qs", indent)
+            if desc == "q_desc" and m.q_parts > 1:  # (Writer.q_parts)
+                m.emit(f"mbarrier.expect({bar}, SETS * {desc}.block_type.nbytes)", indent)
+                m.emit("for w in gl.static_range(SETS):  # a box per warpgroup set: its HM rows into its slot of Qs", indent)
+                m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s, ' + w * HM')}, {bar}, {s.dst}.index(w))", indent + 1)
+                continue
             m.emit(f"mbarrier.expect({bar}, {desc}.block_type.nbytes)", indent)
             m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s)}, {bar}, {m.ring_ref(s.dst, at(s.dst_index))})", indent)
         elif isinstance(s, n.Wait):
@@ -133,10 +140,12 @@ def _kernel_fn(m: Writer) -> None:
             continue
         desc = f"{_filled_from(m, name)}_desc"
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
+        if desc == "q_desc" and m.q_parts > 1:
+            ring = "[SETS] + "  # a slot per warpgroup set, each filled by its own TMA box (Writer.q_parts)
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
     if hk.o_staged:
         m.emit(f"# ostage = 1: O's staging tile, a slot of HM rows per warpgroup set, emptied by TMA stores", 1)
-        m.emit(f"{O_STAGE_NAME} = gl.allocate_shared_memory(o_desc.dtype, [{2 if hk.pingpong else 1}] + o_desc.block_type.shape, o_desc.layout)", 1)
+        m.emit(f"{O_STAGE_NAME} = gl.allocate_shared_memory(o_desc.dtype, [{hk.sets}] + o_desc.block_type.shape, o_desc.layout)", 1)
     arrivals = {name: _arrivals(m, name) for name in hk.barriers}
     for name, s in hk.barriers.items():
         m.tl(s, 1)
@@ -153,7 +162,7 @@ def _kernel_fn(m: Writer) -> None:
     if hk.persistent:
         m.emit("# persistent: Qs is given back once per work tile, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
         m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
-        m.emit(f"mbarrier.init({Q_FREE_NAME}, count={2 if hk.pingpong else 1})", 1)
+        m.emit(f"mbarrier.init({Q_FREE_NAME}, count={hk.sets})", 1)
     if hk.blackwell:
         tcgen05.kernel_allocations(m, 1)
     m.emit("fence_async_shared()", 1)
@@ -164,10 +173,10 @@ def _kernel_fn(m: Writer) -> None:
     tmem = "".join(f"{a}, " for a in tcgen05.TMEM_ARGS) if hk.blackwell else ""
     parts = [f"(_compute, (0, {shared}, {tmem}{args}, SCALE_POSITIVE{', MERGE' if m.merge else ''}))"]
     warps, regs = [], []
-    if hk.pingpong:
-        parts.append(f"(_compute, (1, {shared}, {args}, SCALE_POSITIVE))")
+    for wg in range(1, hk.sets):  # ping-pong: each further warpgroup a partition of its own
+        parts.append(f"(_compute, ({wg}, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
-        regs.append(str(compute_regs(load_regs(hk))))
+        regs.append(str(compute_regs(load_regs(hk), hk.sets)))
     parts.append(f"(_load, ({descs}, {shared}, {args}))")
     warps.append(str(const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
     regs.append(str(load_regs(hk)))
@@ -187,9 +196,9 @@ def _filled_from(m: Writer, shared: str) -> str:
 
 
 def _arrivals(m: Writer, barrier: str) -> int:
-    """Physical arrivals per TL arrival: a compute-role Arrive happens once per warpgroup."""
+    """Physical arrivals per TL arrival: a compute-role Arrive happens once per warpgroup set."""
     compute = any(isinstance(s, n.Arrive) and s.barrier.name == barrier for s in n.walk(m.hk.compute.body))
-    return 2 if compute and m.hk.pingpong else 1
+    return m.hk.sets if compute else 1
 
 
 def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None) -> None:
@@ -340,6 +349,12 @@ def _combine(program: n.Program, head_dim: int, head_dim_v: int, file: str | Non
     return Combine(kernel, info, lines)
 
 
+def _desc_block(m: Writer, tensor: str, tile: tuple[n.Expr, ...]) -> list[int]:
+    """A TMA descriptor's box (B, H, rows, cols): the TL copy's tile; Q's, a warpgroup set's rows of it (``Writer.q_parts``)."""
+    rows, *rest = (const(m, e) for e in tile)
+    return [1, 1, rows // (m.q_parts if tensor == "q" else 1), *rest]
+
+
 def _l2_kv_bytes(kernel: n.Kernel) -> int:
     from ...targets import get_target
 
@@ -398,7 +413,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
     _launch_fn(m, combine, one_split)
     second = combine if combine is not None and not m.merge else None  # the combine kernel the module holds
 
-    nwg = 2 if hk.pingpong else 1
+    nwg = hk.sets
     arch, family, mma = ("sm_100", "Blackwell", "tcgen05 into tensor memory") if hk.blackwell else ("sm_90", "Hopper", "wgmma")
     header = [
         f'"""{kernel.name}: generated by attnforge from TL (stage 2, Gluon for {family}, {arch}: TMA, mbarrier, {mma},',
@@ -429,7 +444,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         f"HEAD_DIM_V = {head_dim_v}",
         "TENSOR_DTYPES = {" + ", ".join(f'"{t}": torch.{torch_dtype(arg_format(t, dtypes))}' for t in ARG_SHAPES
                                       if t != "alibi_slopes" or m.alibi) + "}",
-        "DESC_BLOCKS = {" + ", ".join(f"{t!r}: {[1, 1] + [const(m, e) for e in tiles[t]]}" for t in ("q", "k", "v") if t in tiles)
+        "DESC_BLOCKS = {" + ", ".join(f"{t!r}: {_desc_block(m, t, tiles[t])}" for t in ("q", "k", "v") if t in tiles)
         + (f", 'o': {[1, 1, hk.params['BM'] // nwg, head_dim_v]}" if hk.ostage else "") + "}  # TMA blocks (B, H, rows, cols)",
         *([f"SCRATCH = {tuple(sc.name for sc in kernel.scratch)!r}  # fp32 buffers launch() allocates per call"] if combine is not None else []),
         f"FLOAT_ARGS = {tuple(x for x in kernel.scalars if x not in INT_SCALARS)!r}",
@@ -444,6 +459,7 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         f"Dv = gl.constexpr({head_dim_v})",
         f"HM = gl.constexpr({hk.params['BM'] // nwg})",
         f"WG_WARPS = gl.constexpr({m.warps_per_set})",
+        f"SETS = gl.constexpr({nwg})  # compute warpgroup sets (ping-pong: they take turns in order)",
         f"DTYPE = gl.constexpr({GL_DTYPE[qkv]})",
         *([f"L2_KV_BYTES = gl.constexpr({_l2_kv_bytes(kernel)})  # half of the target's L2: the K/V a section of work tiles shares (persistent)",
            "ELEMENT_BYTES = gl.constexpr(2)"] if hk.persistent and rows_slowest(m) else []),

@@ -36,10 +36,13 @@ from typing import NoReturn
 
 from ...errors import Position, TranslateError
 from ...tl import nodes as n
+from ...tl.check_roles import WARPGROUP
 from ...tl.printer import expr as show_expr
 
 O_STAGE_NAME = "o_stage"  # the shared tile an ostage kernel's translator adds: O on its way to a TMA store
 Q_FREE_NAME = "q_free"  # the barrier a persistent kernel's translator adds: the compute role is done reading Qs for a work tile
+# ping-pong warpgroups take turns on hardware named barriers, one each, the last ids of the 16 (compute.TURN_BARRIERS)
+MAX_SETS = 4
 FORM_HINT = "the gluon backend translates the built-in planner's Hopper form (attnforge generate --backend gluon writes one to start from)"
 
 
@@ -88,6 +91,16 @@ class HopperKernel:
     @property
     def pingpong(self) -> bool:
         return bool(self.params.get("pingpong", 0))
+
+    @property
+    def compute_warps(self) -> int:
+        return _count(n.Binary("-", self.compute.warp_stop, self.compute.warp_start), self.params)
+
+    @property
+    def sets(self) -> int:
+        """The compute warpgroup sets, each owning BM / sets rows: in ping-pong one per warpgroup of the
+        compute role (two or more, taking turns at the tensor cores in order); else the role's warps are one set."""
+        return self.compute_warps // WARPGROUP if self.pingpong else 1
 
     @property
     def overlap(self) -> bool:
@@ -273,14 +286,16 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
     if hk.split_kv and (hk.blackwell or hk.pingpong):
         _fail(kernel, "a split-KV partial kernel is translated for sm_90 with one compute warpgroup set (no pingpong): decode is "
               "memory-bound, its rows are few", file, hint="the built-in planner writes it so (plan/hopper.py)")
-    nwg = 2 if hk.pingpong else 1
-    warps = _count(n.Binary("-", hk.compute.warp_stop, hk.compute.warp_start), hk.params)
+    warps, nwg = hk.compute_warps, hk.sets
     bm = hk.params.get("BM", 0)
     if hk.blackwell:
         _check_tcgen05(hk, warps, bm, file)
-    elif warps % (4 * nwg) or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
-        _fail(hk.compute, f"{warps} compute warps and BM = {bm}{' in ping-pong' if nwg == 2 else ''}: each warpgroup set issuing wgmma needs whole "
-              "warpgroups and 16 rows per warp (BM = 128 with 8 warps)", file)
+    elif warps % WARPGROUP or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
+        _fail(hk.compute, f"{warps} compute warps and BM = {bm}{f' in ping-pong ({nwg} warpgroups)' if hk.pingpong else ''}: each warpgroup set "
+              "issuing wgmma needs whole warpgroups and 16 rows per warp (BM = 128 with 8 warps, 192 with 12 in ping-pong)", file)
+    elif hk.pingpong and not 2 <= nwg <= MAX_SETS:
+        _fail(hk.compute, f"pingpong = 1 with {warps} compute warps: ping-pong takes whole warpgroups, 2 to {MAX_SETS} of them, to take turns "
+              f"(one hardware named barrier each); these are {nwg}", file, hint="8, 12 or 16 compute warps in ping-pong")
     if hk.overlap and hk.params.get("stages", 1) < 2:
         _fail(kernel, "overlap = 1 needs stages >= 2: tile j + 1's K is waited for before tile j's slot is given back", file)
     if hk.persistent:

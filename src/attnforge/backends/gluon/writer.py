@@ -15,10 +15,11 @@ from .shape import O_STAGE_NAME, Q_FREE_NAME, HopperKernel, _fail
 
 
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
-# setmaxnreg budgets: Triton gives the kernel .maxnreg 168 over 3 warpgroups (384 threads, 64512 registers),
-# i.e. 504 registers per thread across one thread of each warpgroup; the load warp's warpgroup keeps its
-# TL budget, the two compute warpgroups share the rest in multiples of 8.
-REGISTERS_ACROSS_WARPGROUPS = 504
+# setmaxnreg budgets: Triton gives a warp-specialised kernel the .maxnreg of its warps padded to whole warpgroups
+# (the load warp's one included), 168 over 3 warpgroups (384 threads, 64512 registers), 128 over 4; the load warp's
+# warpgroup keeps its TL budget, the compute warpgroups share the rest of one thread of each in multiples of 8
+# (ping-pong's two 240 each, three 160 each).
+REGISTER_FILE = 65536
 
 
 # the stride arguments of the ABI's outputs (a split-KV kernel's scratch: TENSOR_s0, TENSOR_s1, ...)
@@ -49,8 +50,11 @@ def load_regs(hk: HopperKernel) -> int:
     return hk.load.regs or LOAD_REGS
 
 
-def compute_regs(load: int) -> int:
-    return (REGISTERS_ACROSS_WARPGROUPS - load) // 2 // 8 * 8
+def compute_regs(load: int, sets: int) -> int:
+    """Registers a thread of each of ``sets`` compute warpgroups (their setmaxnreg) beside the load warp's ``load``."""
+    warpgroups = sets + 1
+    across = min(255, REGISTER_FILE // (128 * warpgroups)) // 8 * 8 * warpgroups
+    return (across - load) // sets // 8 * 8
 
 
 @dataclass
@@ -67,8 +71,14 @@ class Writer:
     # ------------------------------------------------------------------ names and expressions
     @property
     def warps_per_set(self) -> int:
-        """The warps of one compute warpgroup set (WG_WARPS): the compute role's, halved in ping-pong."""
-        return const(self, n.Binary("-", self.hk.compute.warp_stop, self.hk.compute.warp_start)) // (2 if self.hk.pingpong else 1)
+        """The warps of one compute warpgroup set (WG_WARPS): the compute role's, or one warpgroup's in ping-pong."""
+        return self.hk.compute_warps // self.hk.sets
+
+    @property
+    def q_parts(self) -> int:
+        """The TMA copies of a work tile's Q: one per warpgroup set, each of its HM rows into its slot of Qs (a TMA box's
+        sides are powers of two, and BM = 192 is three sets of 64); one where the compute role copies Q itself."""
+        return self.hk.sets if self.hk.q_load is None else 1
 
     @property
     def scalars(self) -> tuple[str, ...]:
