@@ -162,8 +162,9 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_persistent", "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_persistent", "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
     assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
+    assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"]  # the planner's BM = 192 over three warpgroups
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)
@@ -496,7 +497,7 @@ def _run_scores(source: str, spec: AttentionSpec, sq: int, sk: int, seed: int = 
                 for j in range(lo, hi):
                     args = {p: values.get(p, 0) for p in inspect.signature(fn).parameters}
                     args.update(S=(q_rows @ padded(kh, j * bn, bn).T).astype(np.float32), m_i=m_i, l_i=l_i, j=j, rows=rows, split=split,
-                                s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0)
+                                s_layout=None, SCALE_POSITIVE=scalars["scale"] > 0, MASKED=True)
                     p, alpha, m_i, l_i = fn(**args)
                     acc = acc * alpha[:, None] + p @ padded(vh, j * bn, bn).astype(np.float32)
                 with np.errstate(divide="ignore", invalid="ignore"):

@@ -119,6 +119,8 @@ class _Recorder:
     def scores(self, *args):
         named = dict(zip(self.scores_params, args))
         self.events.append(("scores", int(named["j"]), int(named["m"]), int(named["b"]), int(named["h"])))
+        # the scores of a tile at or past split (a tile some row sees only in part) must take the Mask
+        assert named["MASKED"] or int(named["j"]) < int(named["split"]), f"tile {int(named['j'])} scored without the Mask, split {named['split']}"
         return ANY, ANY, ANY, ANY
 
 
@@ -409,7 +411,8 @@ def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, prog
     _check_progress(runs)
 
 
-@pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup"])
+@pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup",
+                                  "gluon_three_sets_mask_a_tile_late", "gluon_three_sets_q_boxes_at_one_row"])
 def test_the_simulated_roles_kill_the_persistent_mutants(name):
     from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS
 
@@ -420,8 +423,9 @@ def test_the_simulated_roles_kill_the_persistent_mutants(name):
     source = translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     bm, bn, stages = plan.params["BM"], plan.params["BN"], plan.params["stages"]
     _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
-    with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at"):
-        _check_protocol(_run(mutant.apply(source), spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
+    with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at|scored without the Mask|Q's box"):
+        sk = 500 if mutant.spec == "hopper_three_sets" else 600  # (a partial tail tile: the tile past split)
+        _check_protocol(_run(mutant.apply(source), spec, 2, 600, sk, 3), stages, bm, bn, spec.heads // spec.kv_heads)
 
 
 def test_qs_given_back_before_the_store_from_it_has_read_it_is_caught():
@@ -512,6 +516,22 @@ def test_three_warpgroups_pass_the_turn_round_and_the_last_passes_first():
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_first_turn_never_passed"]
     with pytest.raises(AssertionError, match="deadlock"):
         _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
+
+
+def test_three_warpgroups_score_the_tiles_before_split_without_the_mask_and_the_rest_with_it():
+    """With three warpgroups the tile loop is two (compute._tile_loops): the replay's scores assert that no tile at or past
+    split is scored without the Mask; the edge between the loops moved one tile late is caught."""
+    spec, params = SPECS["three-sets-overlap"]
+    source = _source(spec, {**params, "persistent": 1})
+    assert source.count("SCALE_POSITIVE, False)") == 2 and "for j in range(gl.minimum(gl.maximum(lo, split - 1), hi - 1), hi - 1):" in source
+    for sk in (700, 40):  # the tail tile last; one partial tile, the first (the overlap's scores before the loops)
+        _check_progress(_run(source, spec, 1, 300, sk, 2))
+    late = source.replace("gl.minimum(gl.maximum(lo, split - 1), hi - 1)", "gl.minimum(gl.maximum(lo, split), hi - 1)")
+    first = source.replace("if lo < split:", "if lo <= split:")
+    assert late != source and first != source
+    for wrong, sk in ((late, 700), (first, 40)):
+        with pytest.raises(AssertionError, match="scored without the Mask"):
+            _run(wrong, spec, 1, 300, sk, 2)
 
 
 def test_a_turn_passed_twice_before_it_is_taken_is_caught():

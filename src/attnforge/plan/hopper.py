@@ -93,6 +93,19 @@ def _o_through_q(spec: AttentionSpec) -> bool:
     return spec.head_dim > 128 or spec.seqlen_k <= 4096
 
 
+def _three_warpgroups(spec: AttentionSpec) -> bool:
+    """Whether the sm_90 first choice takes three compute warpgroups in ping-pong (BM = 192, 12 warps; docs/TL.md
+    section 11.5) over two: at D = Dv = 64 without a mask from 2k query rows on. Measured on the H200 (bench/RESULTS.md,
+    2026-12-03 run 14, call 2, each kernel verified first, against the two-warpgroup kernels of the tuning database):
+    4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2%. Causal 16k was +5% / +10%, but that kernel spills
+    40 bytes a thread at 160 registers (compile_report refuses a spill), and causal 1k and 4k were 5-19% slower: causal
+    keeps two warpgroups. Not measured under a window or a mask_mod, nor at other head dims (D = 128's accumulator does
+    not fit 160 registers a thread beside the overlap)."""
+    if spec.is_decode or spec.head_dim != 64 or spec.head_dim_v != 64 or spec.causal or spec.windowed or spec.mask_mod is not None:
+        return False
+    return spec.seqlen_q > 1024
+
+
 # sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
 # loop as written (the wgmma schedules are not mapped to tcgen05). S and a 16-bit P live in tensor
 # memory; 4 warps hold a 128-column S tile plus O's rescale without spilling up to D = 64 (255
@@ -136,6 +149,9 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             first["ostage"] = 2
             why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
     out = [Candidate(first, why)]
+    if target.cc[0] == 9 and _three_warpgroups(spec):  # (then the two-warpgroup choice, as measured against it)
+        out.insert(0, Candidate({**first, "BM": 64 * 3, "warps": 4 * 3},
+                                why.replace("two compute warpgroups", "three compute warpgroups (BM = 192)")))
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))

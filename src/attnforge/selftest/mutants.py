@@ -36,6 +36,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # the gluon backend's split-KV decode (packed GQA, G = 4: the Hopper-form partial kernel, the Triton combine), for GLUON_MUTANTS;
     # (the verifier's own decode shapes, Sk up to 32769, take several splits on the H200: the combine mutant needs two)
     "hopper_decode": (AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000), "h200"),
+    # three compute warpgroups in ping-pong (BM = 192: the planner's choice at D = 64 without a mask past 1k query rows;
+    # its tile loop written as two, unmasked then masked), for GLUON_MUTANTS
+    "hopper_three_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=2048, seqlen_k=2048), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -45,7 +48,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,12 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_ostage2_stores_the_other_warpgroups_rows", "hopper_o_via_q", "kernel", r"o_desc, \[(.*)\], Qs\.index\(WG\)\)",
            r"o_desc, [\1], Qs.index((WG + 1) % SETS))",
            "with O out through Qs, each warpgroup set's TMA store takes the next set's rows of Qs: the row tile's shares swapped round"),
+    # three warpgroups (BM = 192): the edge between the unmasked and the masked tile loop, and Q's box per warpgroup
+    Mutant("gluon_three_sets_mask_a_tile_late", "hopper_three_sets", "kernel", r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)",
+           "gl.minimum(gl.maximum(lo, split), hi - 1)",
+           "the unmasked loop runs a tile past split: the tail tile is scored without the Mask (keys past Sk, read as zeros, weigh in)", every=True),
+    Mutant("gluon_three_sets_q_boxes_at_one_row", "hopper_three_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
+           "each warpgroup's TMA box of Q reads the first warpgroup's rows: warpgroups 1 and 2 score the first 64 rows' queries"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),

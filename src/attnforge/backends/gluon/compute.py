@@ -45,7 +45,7 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
     factor = fused_factor(m, loop)
     rt = ", ".join(m.runtime_args())
     m.emit("@gluon.jit")
-    m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr):")
+    m.emit(f"def _scores(S, m_i, l_i, j, rows, split, {rt}, s_layout: gl.constexpr, SCALE_POSITIVE: gl.constexpr, MASKED: gl.constexpr):")
     extra = {"q_idx": "q_idx", "kv_idx": "kv_idx", "score": "S", loop.loop.var: "j"}
     q_view = m.hk.q_view
     if q_view.pack is not None:  # packed rows: row r is position r // G of query head (first head) + r % G
@@ -75,9 +75,10 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
         keep = _keep(m, loop.mask.keep, extra, q_rows)
         if masked_from is None:
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
-        else:  # tiles before ``split`` are seen whole by every row: no mask
-            m.emit("if j >= split:", 1)
-            m.emit(f"S = gl.where({keep}, S, -float('inf'))", 2)
+        else:  # tiles before ``split`` are seen whole by every row: no mask (MASKED: the loop may reach split, ``_tile_loop``)
+            m.emit("if MASKED:", 1)
+            m.emit("if j >= split:", 2)
+            m.emit(f"S = gl.where({keep}, S, -float('inf'))", 3)
     m.tl(loop.softmax, 1)
     # the running max is kept in log2 units in every case (the epilogue's LSE reads it so)
     if factor is not None:  # m = max(S) * c, for c > 0
@@ -222,8 +223,9 @@ def turn_helpers(m: Writer) -> None:
         m.emit()
 
 
-def _softmax_call(at: str, rt: str) -> str:
-    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE)"
+def _softmax_call(at: str, rt: str, masked: bool = True) -> str:
+    """The scores of tile ``at``; ``masked``: it may be at or past ``split`` (else the Mask is left out)."""
+    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE, {masked})"
 
 
 def row_state(m: Writer) -> None:
@@ -307,20 +309,27 @@ def compute_fn(m: Writer) -> None:
         _turn(m, 2, take=False)
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
         release_k(m, t, n.Name("lo"), 2)
-        m.emit(_softmax_call("lo", rt), 2)
-        m.emit(f"for {j} in range(lo, hi - 1):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
-        _wait_tile(m, t.k_wait, j, J1, 2)
-        _wait_tile(m, t.v_wait, j, J, 2)
-        _turn(m, 2, take=True)
-        _issue_qk(m, t, J1, 2)
-        _issue_pv(m, t, J, 2)
-        _turn(m, 2, take=False)
-        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
-        release_k(m, t, J1, 2)
-        m.emit(_softmax_call(f"{j} + 1", rt), 2)
-        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
-        _release(m, t, J, 2)
-        m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+        if len(_tile_loops(m, "lo", "hi", 0)) == 2:  # (as the loops: the Mask's registers only where the tile needs it)
+            m.emit("if lo < split:", 2)
+            m.emit(_softmax_call("lo", rt, False), 3)
+            m.emit("else:", 2)
+            m.emit(_softmax_call("lo", rt), 3)
+        else:
+            m.emit(_softmax_call("lo", rt), 2)
+        for bounds, masked in _tile_loops(m, "lo", "hi - 1", 1):
+            m.emit(f"for {j} in range({bounds}):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
+            _wait_tile(m, t.k_wait, j, J1, 2)
+            _wait_tile(m, t.v_wait, j, J, 2)
+            _turn(m, 2, take=True)
+            _issue_qk(m, t, J1, 2)
+            _issue_pv(m, t, J, 2)
+            _turn(m, 2, take=False)
+            m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
+            release_k(m, t, J1, 2)
+            m.emit(_softmax_call(f"{j} + 1", rt, masked), 2)
+            m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+            _release(m, t, J, 2)
+            m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
         _give_q_back(m)
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
         last = n.Binary("-", n.Name("hi"), n.Num(1))
@@ -331,23 +340,24 @@ def compute_fn(m: Writer) -> None:
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, last, 2)
     else:
-        m.emit(f"for {j} in range(lo, hi):", 1)
-        _wait_tile(m, t.k_wait, j, J, 2)
-        _turn(m, 2, take=True)
-        _issue_qk(m, t, J, 2)
-        _turn(m, 2, take=False)
-        m.tl(n.WaitGemm(t.qk.out), 2)
-        m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
-        release_k(m, t, J, 2)
-        m.emit(_softmax_call(j, rt), 2)
-        m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
-        _wait_tile(m, t.v_wait, j, J, 2)
-        _turn(m, 2, take=True)
-        _issue_pv(m, t, J, 2)
-        _turn(m, 2, take=False)
-        m.tl(n.WaitGemm(t.pv.out), 2)
-        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
-        _release(m, t, J, 2)
+        for bounds, masked in _tile_loops(m, "lo", "hi", 0):
+            m.emit(f"for {j} in range({bounds}):", 1)
+            _wait_tile(m, t.k_wait, j, J, 2)
+            _turn(m, 2, take=True)
+            _issue_qk(m, t, J, 2)
+            _turn(m, 2, take=False)
+            m.tl(n.WaitGemm(t.qk.out), 2)
+            m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+            release_k(m, t, J, 2)
+            m.emit(_softmax_call(j, rt, masked), 2)
+            m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+            _wait_tile(m, t.v_wait, j, J, 2)
+            _turn(m, 2, take=True)
+            _issue_pv(m, t, J, 2)
+            _turn(m, 2, take=False)
+            m.tl(n.WaitGemm(t.pv.out), 2)
+            m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+            _release(m, t, J, 2)
         _give_q_back(m)
     _epilogue(m)
     if m.merge:
@@ -359,6 +369,20 @@ def compute_fn(m: Writer) -> None:
     if hk.ostage:
         m.emit("tma.store_wait(0)  # the last O store has read shared memory before the program ends", 1)
     m.emit()
+
+
+def _tile_loops(m: Writer, lo: str, hi: str, ahead: int) -> list[tuple[str, bool]]:
+    """The ``range`` bounds of the loop over tiles ``lo`` .. ``hi`` - 1 whose scores are of tile j + ``ahead``, each
+    with whether those scores may need the Mask. Where the TL has an unmasked loop before its masked one and three or
+    more warpgroups take turns (160 registers a thread), two loops: tiles before ``split`` without the Mask, then the
+    rest with it, so that the tiles every row sees whole run a body without the Mask's registers (and the overlap's
+    first tile, before the loops, takes the Mask only at or past ``split``). Compiled for sm_90a (BM = 192, BN = 128,
+    D = 64, overlap, no mask but the tail's): one loop spilled 40 bytes, two 8, and with the first tile's scores apart
+    none. With two warpgroups (240 registers) one loop spills none, and two spilled 24 bytes at D = 128: one loop there."""
+    if len(m.hk.loops) != 2 or m.hk.sets < 3:
+        return [(f"{lo}, {hi}", True)]
+    edge = f"gl.minimum(gl.maximum({lo}, split{f' - {ahead}' if ahead else ''}), {hi})"
+    return [(f"{lo}, {edge}", False), (f"{edge}, {hi}", True)]
 
 
 def _give_q_back(m: Writer) -> None:
