@@ -192,6 +192,16 @@ def release_k(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
         _arrive(m, t, t.k_release, at, indent)
 
 
+def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None) -> None:
+    """The GEMMs issued in one ping-pong turn: tile ``qk``'s QK^T, then tile ``pv``'s PV (either may be absent)."""
+    _turn(m, indent, take=True)
+    if qk is not None:
+        _issue_qk(m, t, qk, indent)
+    if pv is not None:
+        _issue_pv(m, t, pv, indent)
+    _turn(m, indent, take=False)
+
+
 def _turn(m: Writer, indent: int, take: bool) -> None:
     if not m.hk.pingpong:
         return
@@ -304,9 +314,7 @@ def compute_fn(m: Writer) -> None:
     if hk.overlap:
         m.emit("if lo < hi:  # the first tile's scores, before the loop", 1)
         _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)
-        _turn(m, 2, take=True)
-        _issue_qk(m, t, n.Name("lo"), 2)
-        _turn(m, 2, take=False)
+        _in_turn(m, t, 2, qk=n.Name("lo"))
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
         release_k(m, t, n.Name("lo"), 2)
         if len(_tile_loops(m, "lo", "hi", 0)) == 2:  # (as the loops: the Mask's registers only where the tile needs it)
@@ -320,10 +328,7 @@ def compute_fn(m: Writer) -> None:
             m.emit(f"for {j} in range({bounds}):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
             _wait_tile(m, t.k_wait, j, J1, 2)
             _wait_tile(m, t.v_wait, j, J, 2)
-            _turn(m, 2, take=True)
-            _issue_qk(m, t, J1, 2)
-            _issue_pv(m, t, J, 2)
-            _turn(m, 2, take=False)
+            _in_turn(m, t, 2, qk=J1, pv=J)
             m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
             release_k(m, t, J1, 2)
             m.emit(_softmax_call(f"{j} + 1", rt, masked), 2)
@@ -334,27 +339,21 @@ def compute_fn(m: Writer) -> None:
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
         last = n.Binary("-", n.Name("hi"), n.Num(1))
         _wait_tile(m, t.v_wait, j, last, 2)
-        _turn(m, 2, take=True)
-        _issue_pv(m, t, last, 2)
-        _turn(m, 2, take=False)
+        _in_turn(m, t, 2, pv=last)
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
         _release(m, t, last, 2)
     else:
         for bounds, masked in _tile_loops(m, "lo", "hi", 0):
             m.emit(f"for {j} in range({bounds}):", 1)
             _wait_tile(m, t.k_wait, j, J, 2)
-            _turn(m, 2, take=True)
-            _issue_qk(m, t, J, 2)
-            _turn(m, 2, take=False)
+            _in_turn(m, t, 2, qk=J)
             m.tl(n.WaitGemm(t.qk.out), 2)
             m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
             release_k(m, t, J, 2)
             m.emit(_softmax_call(j, rt, masked), 2)
             m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
             _wait_tile(m, t.v_wait, j, J, 2)
-            _turn(m, 2, take=True)
-            _issue_pv(m, t, J, 2)
-            _turn(m, 2, take=False)
+            _in_turn(m, t, 2, pv=J)
             m.tl(n.WaitGemm(t.pv.out), 2)
             m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
             _release(m, t, J, 2)
