@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# call 4 (run 14): the unmasked D = 64 buckets past 1k re-tuned head to head, three warpgroups (BM = 192, spill-free now) against
-# two; then the D = 64 bench rows with those entries
+# call 4 (run 14): the unmasked D = 64 buckets past 1k re-tuned, the first two candidates asked for (three warpgroups, BM = 192,
+# spill-free now, then two; within --budget 40 only the first was timed); then the D = 64 bench rows with those entries
 export PYTHONPATH=$PWD/src:$PWD/.gpu_deps:$PWD/bench:$PWD/tests ATTNFORGE_CACHE=/tmp/afc ATTNFORGE_TUNING=$OUT/tuning.json PYTHONUNBUFFERED=1
 t0=$(date +%s)
 timeout 150 python3 bench/tune_rows.py --backend gluon --db $OUT/tuning.json --max-candidates 2 --budget 40 --deadline 110 d64-s16k-full d64-s4k-full > $OUT/tune.txt 2>&1
