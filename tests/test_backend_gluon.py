@@ -197,6 +197,28 @@ def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
     assert bool(re.search(r"bar\.sync %r\d+, 256;", ptx)) == bool(re.search(r"bar\.arrive %r\d+, 256;", ptx)) == bool(switches.get("pingpong"))
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_the_three_warpgroup_first_choice_compiles_without_a_spill(dtype, tmp_path):
+    """D = 64 without a mask past 1k query rows: the planner's BM = 192 over three warpgroups (160 registers a thread)
+    compiles for sm_90a without a spill -- compile_report refuses one, and the gate would then fall back to two
+    warpgroups unseen. Its turns are three named barriers (13 to 15) of 256 threads; Q comes in three boxes."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=4, head_dim=64, dtype=dtype, seqlen_q=4096, seqlen_k=4096)
+    plan = _plan(spec)
+    assert (plan.params["BM"], plan.params["warps"]) == (192, 12)
+    source = gluon.translate(plan.program, head_dim=64, head_dim_v=64).source
+    assert "SETS = gl.constexpr(3)" in source and "DESC_BLOCKS = {'q': [1, 1, 64, 64]" in source
+    path = tmp_path / "k.py"
+    path.write_text(source)
+    report = compile_for_target(_import(path), H200, tmp_path / "b")
+    assert report.spill_bytes == 0 and {"wgmma", "tma"} <= set(report.instructions)
+    ptx = next((tmp_path / "b").rglob("*.ptx")).read_text()
+    assert "160" in re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", ptx)  # the compute workers' budget
+    assert len(re.findall(r"bar\.sync %r\d+, 256;", ptx)) >= 1 and len(re.findall(r"bar\.arrive %r\d+, 256;", ptx)) >= 1
+
+
 _SYNC_OPS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(stmatrix|st\.shared|fence\.proxy\.async|bar\.sync|barrier\.sync|"
                        r"cp\.async\.bulk\.tensor\.\dd\.global\.shared|cp\.async\.bulk\.wait_group\.read|mbarrier\.arrive)\b", re.M)
 _SYNC_KIND = {"stmatrix": "st", "st.shared": "st", "fence.proxy.async": "fence", "bar.sync": "bar", "barrier.sync": "bar",
