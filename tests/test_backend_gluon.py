@@ -19,6 +19,7 @@ from attnforge.backends import choose_backend, get_backend, names
 from attnforge.errors import AttnforgeError, TLCheckError
 from attnforge.generate import generate
 from attnforge.plan.hopper import hopper_plans, hopper_source
+from attnforge.tl import nodes as n
 from attnforge.tl.checker import check
 from attnforge.judge import interpret_against_spec
 from attnforge.oracle import spec_reference
@@ -195,6 +196,31 @@ def test_every_schedule_the_tuner_may_try_compiles(switches, tmp_path):
     ptx = next((tmp_path / "b").rglob("*.ptx")).read_text()
     # ping-pong's turn: hardware named barriers of both warpgroups' 256 threads, passed by bar.arrive (no mbarrier of its own)
     assert bool(re.search(r"bar\.sync %r\d+, 256;", ptx)) == bool(re.search(r"bar\.arrive %r\d+, 256;", ptx)) == bool(switches.get("pingpong"))
+
+
+def test_three_warpgroups_are_the_first_choice_only_where_they_were_measured():
+    """BM = 192 over three warpgroups: D = Dv = 64, no mask and no score modifier, past 1k query rows (plan/hopper.py);
+    softcap's and a score_mod's kernels spill at 160 registers, causal rows up to 4k were slower."""
+    from attnforge.plan.hopper import hopper_candidates
+
+    def bm(**kw):
+        return hopper_candidates(AttentionSpec(**{"heads": 4, "head_dim": 64, "dtype": "bf16", "seqlen_q": 4096, **kw}), H200)[0].params["BM"]
+
+    assert bm() == 192 and bm(seqlen_q=1024) == bm(seqlen_q=16384, causal=True) == bm(head_dim=128) == 128
+    assert bm(softcap=30.0) == bm(alibi_slopes="auto") == bm(score_mod="score * 0.5") == bm(window_left=100, window_right=0) == 128
+    assert bm(head_dim_v=32) == 128 and hopper_candidates(AttentionSpec(heads=4, head_dim=64, dtype="bf16", seqlen_q=4096), H200)[1].params["BM"] == 128
+
+
+def test_the_checker_budgets_a_compute_warpgroup_as_the_kernel_launches():
+    """role_regs: the registers a program launches with (its warps in whole warpgroups) less the load warp's warpgroup at
+    its regs, shared by the compute warps: 240 a thread for two warpgroups, 160 for three, 112 for four (Triton's)."""
+    from attnforge.tl.check_roles import role_regs
+
+    def budget(compute_warps: int) -> int:
+        compute, load = n.Role("compute", n.Num(0), n.Num(compute_warps), None, ()), n.Role("load", n.Num(0), n.Num(1), 24, ())
+        return role_regs([(compute, 0, compute_warps), (load, compute_warps, compute_warps + 1)], H200)[0]
+
+    assert [budget(w) for w in (8, 12, 16)] == [240, 160, 112]
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -416,6 +442,9 @@ def _translate_edit(old: str, new: str, params: dict | None = None, spec: Attent
     ("warps = 8,", "warps = 4,", "whole warpgroups"),
     ("stages = 2", "stages = 1", "overlap = 1 needs stages >= 2"),
     ("Copy O_r (BM, Dv) at [m, 0]", "Copy O_r (BM, Dv) at [m + 1, 0]", "the store of o must copy"),
+    # BM = 192 in one warpgroup set: a 192-row TMA box (Triton takes powers of two only); five sets: one named barrier each too many
+    ("BM = 128, BN = 64, warps = 8, stages = 2, pingpong = 1,", "BM = 192, BN = 64, warps = 12, stages = 2,", "powers of two"),
+    ("BM = 128, BN = 64, warps = 8,", "BM = 320, BN = 64, warps = 20,", "2 to 4 of them"),
 ])
 def test_programs_the_kernel_would_get_wrong_are_refused(old, new, words):
     from attnforge.errors import TranslateError

@@ -176,11 +176,20 @@ def _check_regs(kc: KernelCheck, roles: list[n.Role]) -> None:
 
 def role_regs(ranges: list[tuple[n.Role, int, int]], target: Target, programs_per_sm: int = 1) -> list[int] | None:
     """Registers per thread of each role: its ``regs``; the roles without share what the others
-    leave of a program's share of the SM's register file (all of it, or 1 / ``programs_per_sm``:
-    ``occupancy``) equally (a multiple of 8, at most 255). None: that share is below the minimum of 24."""
-    fixed = sum((b - a) * 32 * r.regs for r, a, b in ranges if r.regs is not None)
-    free = sum((b - a) * 32 for r, a, b in ranges if r.regs is None)
-    share = min((target.regs_per_sm // programs_per_sm - fixed) // max(free, 1) // REGS_STEP * REGS_STEP, target.regs_per_thread_max)
+    leave of the registers the program launches with equally (a multiple of 8, at most 255). Those are
+    ``shared_thread_regs`` a thread of its warps in whole warpgroups (a program's share of the SM's register
+    file: all of it, or 1 / ``programs_per_sm``, ``occupancy``), and each role holds its warps' warpgroups
+    (setmaxnreg moves registers between warpgroups: a load role of one warp sets its warpgroup's). So with a
+    load warp at 24, two compute warpgroups hold 240 each and three 160, as Triton's warp-specialised kernels.
+    None: that share is below the minimum of 24."""
+    def whole(a: int, b: int) -> int:  # a role's warps in whole warpgroups
+        return -(-(b - a) // WARPGROUP) * WARPGROUP
+
+    warps = sum(whole(a, b) for _, a, b in ranges)
+    total = shared_thread_regs(target, programs_per_sm, warps) * 32 * warps
+    fixed = sum(whole(a, b) * 32 * r.regs for r, a, b in ranges if r.regs is not None)
+    free = sum(whole(a, b) * 32 for r, a, b in ranges if r.regs is None)
+    share = min((total - fixed) // max(free, 1) // REGS_STEP * REGS_STEP, target.regs_per_thread_max)
     if free and share < REGS_MIN:
         return None
     return [r.regs if r.regs is not None else share for r, _, _ in ranges]

@@ -99,7 +99,8 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
-    the schedule switches, O's staging tile (BM stays 128: two warpgroups of 64 rows, wgmma's smallest M per warpgroup)."""
+    the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows a warpgroup, wgmma's smallest M per
+    warpgroup; at BM = 192 ping-pong off is refused by the translator, one warpgroup set's 192-row TMA box not a power of two)."""
     axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1, 2]}
     return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 

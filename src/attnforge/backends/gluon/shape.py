@@ -41,7 +41,7 @@ from ...tl.printer import expr as show_expr
 
 O_STAGE_NAME = "o_stage"  # the shared tile an ostage kernel's translator adds: O on its way to a TMA store
 Q_FREE_NAME = "q_free"  # the barrier a persistent kernel's translator adds: the compute role is done reading Qs for a work tile
-# ping-pong warpgroups take turns on hardware named barriers, one each, the last ids of the 16 (compute.TURN_BARRIERS)
+# ping-pong warpgroups take turns on hardware named barriers, one each, the last ids of the 16 (compute.TURN_BARRIERS_END)
 MAX_SETS = 4
 FORM_HINT = "the gluon backend translates the built-in planner's Hopper form (attnforge generate --backend gluon writes one to start from)"
 
@@ -293,6 +293,9 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
     elif warps % WARPGROUP or bm % nwg or (bm // nwg) % (16 * (warps // nwg)):
         _fail(hk.compute, f"{warps} compute warps and BM = {bm}{f' in ping-pong ({nwg} warpgroups)' if hk.pingpong else ''}: each warpgroup set "
               "issuing wgmma needs whole warpgroups and 16 rows per warp (BM = 128 with 8 warps, 192 with 12 in ping-pong)", file)
+    elif hk.q_load is None and (bm // nwg) & (bm // nwg - 1):
+        _fail(hk.compute, f"BM = {bm} over {nwg} warpgroup set(s) is {bm // nwg} rows a set: Q's TMA box (and O's) takes a set's rows, "
+              "and a box's sides are powers of two", file, hint="BM = 128, or 64 rows a warpgroup in ping-pong (BM = 192 with 12 warps)")
     elif hk.pingpong and not 2 <= nwg <= MAX_SETS:
         _fail(hk.compute, f"pingpong = 1 with {warps} compute warps: ping-pong takes whole warpgroups, 2 to {MAX_SETS} of them, to take turns "
               f"(one hardware named barrier each); these are {nwg}", file, hint="8, 12 or 16 compute warps in ping-pong")
