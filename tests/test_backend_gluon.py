@@ -357,6 +357,8 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
     assert {**first, "ostage": 1} in order[:9] and {**first, "ostage": 2} in order[:9]  # the first and its 8 neighbours one change away
     assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # every switch off: left out, not 0
     assert {**first, "persistent": 1} in order[:9]  # one switch away: among the nearest
+    three = hopper_neighbours({**first, "BM": 192, "warps": 12})  # three warpgroups: ping-pong is never switched off
+    assert len(three) == 72 and all(p["BM"] == 192 and p.get("pingpong") == 1 for p in three)
     import torch
 
     if not torch.cuda.is_available():

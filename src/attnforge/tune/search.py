@@ -100,8 +100,11 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
     the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows a warpgroup, wgmma's smallest M per
-    warpgroup; at BM = 192 ping-pong off is refused by the translator, one warpgroup set's 192-row TMA box not a power of two)."""
-    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1, 2]}
+    warpgroup; ping-pong stays on where BM is not a power of two: BM = 192 is three warpgroups' rows, and one set's 192-row
+    TMA box is refused by the translator)."""
+    bm = first.get("BM", 128)
+    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
+            "persistent": [0, 1], "ostage": [0, 1, 2]}
     return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 
 
