@@ -97,14 +97,13 @@ def _three_warpgroups(spec: AttentionSpec) -> bool:
     """Whether the sm_90 first choice takes three compute warpgroups in ping-pong (BM = 192, 12 warps; docs/TL.md
     section 11.5) over two: at D = Dv = 64 without a mask or a score modifier past 1k query rows. Measured on the H200 (bench/RESULTS.md,
     2026-12-03 run 14, call 2, each kernel verified first, against the two-warpgroup kernels of the tuning database):
-    4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2%. Causal 16k was +5% / +10%, but that kernel spills
+    4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2% (that kernel spilled 8 bytes; the one written now,
+    the overlap's first tile apart, spills none and was timed at 16k only: call 4's bench, 1.15x / 1.05x cuDNN). Causal 16k was +5% / +10%, but that kernel spills
     40 bytes a thread at 160 registers (compile_report refuses a spill), and causal 1k and 4k were 5-19% slower: causal
     keeps two warpgroups. Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160
-    registers softcap's kernel spills 16 bytes, a score_mod's 200), nor at other head dims (D = 128's accumulator does not fit
-    160 registers a thread beside the overlap)."""
-    if spec.is_decode or spec.head_dim != 64 or spec.head_dim_v != 64 or spec.causal or spec.windowed or spec.mask_mod is not None:
-        return False
-    if spec.softcap is not None or spec.alibi_slopes is not None or spec.score_mod is not None:
+    registers softcap's kernel spills 16 bytes, a score_mod's 200), nor at other head dims (D = 128 at BM = 192: BN = 128
+    with the overlap spills 360 bytes, BN = 64 compiles clean but was not timed)."""
+    if spec.is_decode or (spec.head_dim, spec.head_dim_v) != (64, 64) or _masked(spec) or score_mods(spec):
         return False
     return spec.seqlen_q > 1024
 

@@ -75,7 +75,7 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
         keep = _keep(m, loop.mask.keep, extra, q_rows)
         if masked_from is None:
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
-        else:  # tiles before ``split`` are seen whole by every row: no mask (MASKED: the loop may reach split, ``_tile_loop``)
+        else:  # tiles before ``split`` are seen whole by every row: no mask (MASKED: the loop may reach split, ``_tile_loops``)
             m.emit("if MASKED:", 1)
             m.emit("if j >= split:", 2)
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 3)
@@ -317,7 +317,7 @@ def compute_fn(m: Writer) -> None:
         _in_turn(m, t, 2, qk=n.Name("lo"))
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
         release_k(m, t, n.Name("lo"), 2)
-        if len(_tile_loops(m, "lo", "hi", 0)) == 2:  # (as the loops: the Mask's registers only where the tile needs it)
+        if _loops_split(m):  # (as the loops: the Mask's registers only where the tile needs it)
             m.emit("if lo < split:", 2)
             m.emit(_softmax_call("lo", rt, False), 3)
             m.emit("else:", 2)
@@ -378,10 +378,15 @@ def _tile_loops(m: Writer, lo: str, hi: str, ahead: int) -> list[tuple[str, bool
     first tile, before the loops, takes the Mask only at or past ``split``). Compiled for sm_90a (BM = 192, BN = 128,
     D = 64, overlap, no mask but the tail's): one loop spilled 40 bytes, two 8, and with the first tile's scores apart
     none. With two warpgroups (240 registers) one loop spills none, and two spilled 24 bytes at D = 128: one loop there."""
-    if len(m.hk.loops) != 2 or m.hk.sets < 3:
+    if not _loops_split(m):
         return [(f"{lo}, {hi}", True)]
     edge = f"gl.minimum(gl.maximum({lo}, split{f' - {ahead}' if ahead else ''}), {hi})"
     return [(f"{lo}, {edge}", False), (f"{edge}, {hi}", True)]
+
+
+def _loops_split(m: Writer) -> bool:
+    """Whether the tile loop is written as two (``_tile_loops``): an unmasked TL loop before the masked one, three or more warpgroups."""
+    return len(m.hk.loops) == 2 and m.hk.sets >= 3
 
 
 def _give_q_back(m: Writer) -> None:

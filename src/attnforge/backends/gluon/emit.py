@@ -176,7 +176,7 @@ def _kernel_fn(m: Writer) -> None:
     for wg in range(1, hk.sets):  # ping-pong: each further warpgroup a partition of its own
         parts.append(f"(_compute, ({wg}, {shared}, {args}, SCALE_POSITIVE))")
         warps.append("WG_WARPS")
-        regs.append(str(compute_regs(load_regs(hk), hk.sets)))
+        regs.append(str(compute_regs(m)))
     parts.append(f"(_load, ({descs}, {shared}, {args}))")
     warps.append(str(const(m, n.Binary("-", hk.load.warp_stop, hk.load.warp_start))))
     regs.append(str(load_regs(hk)))

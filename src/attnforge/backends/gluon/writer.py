@@ -3,7 +3,7 @@ names of ring stages and barrier slots, the base-2 softmax plan) and the constan
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ...abi import INT_SCALARS, SIZE_ARGS
@@ -15,13 +15,6 @@ from .shape import O_STAGE_NAME, Q_FREE_NAME, HopperKernel, _fail
 
 
 GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16"}
-# setmaxnreg budgets: Triton gives a warp-specialised kernel the .maxnreg of its warps padded to whole warpgroups
-# (the load warp's one included), 168 over 3 warpgroups (384 threads, 64512 registers), 128 over 4; the load warp's
-# warpgroup keeps its TL budget, the compute warpgroups share the rest of one thread of each in multiples of 8
-# (ping-pong's two 240 each, three 160 each).
-REGISTER_FILE = 65536
-
-
 # the stride arguments of the ABI's outputs (a split-KV kernel's scratch: TENSOR_s0, TENSOR_s1, ...)
 OUTPUT_STRIDES = {"o": ("so_b", "so_h", "so_s"), "lse": ("sl_b", "sl_h", "sl_s")}
 Q_STRIDES = ("sq_b", "sq_h", "sq_s", "sq_d")  # q's, where the compute role copies Q by pointer loads
@@ -50,11 +43,21 @@ def load_regs(hk: HopperKernel) -> int:
     return hk.load.regs or LOAD_REGS
 
 
-def compute_regs(load: int, sets: int) -> int:
-    """Registers a thread of each of ``sets`` compute warpgroups (their setmaxnreg) beside the load warp's ``load``."""
-    warpgroups = sets + 1
-    across = min(255, REGISTER_FILE // (128 * warpgroups)) // 8 * 8 * warpgroups
-    return (across - load) // sets // 8 * 8
+def compute_regs(m: "Writer") -> int:
+    """The setmaxnreg of each compute warpgroup beside the load warp's budget: the checker's share of the registers
+    the block launches with (``check_roles.role_regs``), which Triton's warp-specialised kernels follow: .maxnreg of
+    the warps padded to whole warpgroups (168 over three, 128 over four), the load warp's warpgroup at its budget,
+    the rest for the compute warpgroups (two: 240 a thread each, three: 160, four: 112)."""
+    from ...targets import get_target
+    from ...tl.check_roles import occupancy, role_regs
+
+    hk = m.hk
+    load = replace(hk.load, regs=load_regs(hk))
+    ranges = [(hk.compute, const(m, hk.compute.warp_start), const(m, hk.compute.warp_stop)),
+              (load, const(m, load.warp_start), const(m, load.warp_stop))]
+    budgets = role_regs(ranges, get_target(hk.kernel.target or "sm_90"), occupancy(hk.kernel))
+    assert budgets is not None  # (the checker's TL510 refuses a program without one)
+    return budgets[0]
 
 
 @dataclass
