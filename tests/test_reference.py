@@ -98,3 +98,29 @@ def test_rounding_matches_torch_casts(dtype, torch_dtype):
 def test_fp16_rounding_is_correctly_rounded_from_float64():
     x = np.random.default_rng(4).standard_normal(100000) * 3
     assert np.array_equal(round_to(x, "fp16"), x.astype(np.float16).astype(np.float64))
+
+
+def test_the_cpu_reference_takes_no_vml_function(monkeypatch):
+    """exp, log and tanh of the CPU reference go through numpy, not ATen's MKL VML kernels, whose
+    concurrent first calls can run in VML's low-accuracy kernel (pytorch/pytorch#188792): the exact
+    gate's 1e-10 bound then refused a correct program in a fresh process under load."""
+    def refuse(name):
+        real = getattr(torch, name)
+
+        def call(x, *args, **kwargs):
+            if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+                raise AssertionError(f"torch.{name} on a CPU tensor in the reference")
+            return real(x, *args, **kwargs)
+        return call
+
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((1, 4, 9, 16)), rng.standard_normal((1, 2, 11, 16)), rng.standard_normal((1, 2, 11, 16))
+    expected = attention_reference(q, k, v, softcap=5.0, causal=True)
+    for name in ("exp", "log", "tanh"):
+        monkeypatch.setattr(torch, name, refuse(name))
+    o, lse = attention_reference(q, k, v, softcap=5.0, causal=True)
+    assert np.array_equal(o, expected[0]) and np.array_equal(lse, expected[1])
+    s = 5.0 * np.tanh(np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, 2, 1)) / 4.0 / 5.0)
+    s = np.where(np.arange(11)[None, :] <= np.arange(9)[:, None] + 2, s, -np.inf)
+    ref_lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    assert np.max(np.abs(lse - ref_lse)) < 1e-13
