@@ -155,17 +155,22 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
     (gluon.gpucheck; the sm_100 ones on a Blackwell GPU)."""
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
-    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
+    from attnforge.backends.gluon.gpucheck import base_kernel
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPEC_PLAN, SPECS
 
     sources = {}
     for key in sorted({m.spec for m in GLUON_MUTANTS}):
         spec, target = SPECS[key]
+        if key in SPEC_PLAN:  # a candidate the tuner times, not generate's choice: the GPU check's own base
+            sources[key] = base_kernel(key, tmp_path / key, key)[0].read_text()
+            continue
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_persistent", "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_persistent", "hopper_o_via_q", "hopper_alibi",
+                            "hopper_decode", "blackwell"}
     assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
-    assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"]  # the planner's BM = 192 over three warpgroups
+    assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"] and "SETS = gl.constexpr(3)" in sources["hopper_three_sets_causal"]
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)
@@ -209,6 +214,46 @@ def test_three_warpgroups_are_the_first_choice_only_where_they_were_measured():
     assert bm() == 192 and bm(seqlen_q=1024) == bm(seqlen_q=16384, causal=True) == bm(head_dim=128) == 128
     assert bm(softcap=30.0) == bm(alibi_slopes="auto") == bm(score_mod="score * 0.5") == bm(window_left=100, window_right=0) == 128
     assert bm(head_dim_v=32) == 128 and hopper_candidates(AttentionSpec(heads=4, head_dim=64, dtype="bf16", seqlen_q=4096), H200)[1].params["BM"] == 128
+
+
+def test_causal_three_warpgroups_are_the_second_candidate_for_the_tuner_to_time():
+    """Causal D = 64 past 1k query rows: two warpgroups first (three were slower at 1k and 4k), three second; the tuner's
+    order then times the two counts head to head within --max-candidates 2, as it does where three come first. Windowed,
+    a three-warpgroup kernel spills (two bounds a row): not offered."""
+    from attnforge.plan.hopper import hopper_candidates
+    from attnforge.tune.search import hopper_neighbours, hopper_order
+
+    def planned(**kw):
+        spec = AttentionSpec(**{"heads": 4, "head_dim": 64, "dtype": "bf16", "seqlen_q": 16384, "seqlen_k": 16384, **kw})
+        return [c.params for c in hopper_candidates(spec, H200)]
+
+    causal, full = planned(causal=True), planned()
+    assert [p["BM"] for p in causal[:2]] == [128, 192] and causal[1] == {**causal[0], "BM": 192, "warps": 12}
+    assert [p["BM"] for p in hopper_order(causal)[:2]] == [128, 192] and [p["BM"] for p in hopper_order(full)[:2]] == [192, 128]
+    assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=1024)) and all(p["BM"] == 128 for p in planned(window_left=256, window_right=0))
+    assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=4096, seqlen_k=4096))  # persistent there: BM = 192 spills 32 bytes
+    d128 = planned(head_dim=128)
+    order = hopper_order(d128)
+    assert order == hopper_neighbours(d128[0]) and len({tuple(sorted(p.items())) for p in hopper_order(full)}) == len(hopper_order(full))
+
+
+def test_the_causal_three_warpgroup_candidate_compiles_without_a_spill(tmp_path):
+    """Its Mask compares the keys' indices with each row's bound (compute._keep, ``absolute``): the tile's key offsets
+    compared with the bound less j * BN stay in registers across the loop and spilled 40 bytes at 160 a thread."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+    from attnforge.plan.hopper import hopper_plans
+
+    spec = AttentionSpec(heads=4, head_dim=64, dtype="bf16", seqlen_q=16384, seqlen_k=16384, causal=True)
+    plans = hopper_plans(spec, H200)
+    next(plans)
+    plan = next(plans)
+    assert (plan.params["BM"], plan.params["warps"]) == (192, 12)
+    source = gluon.translate(plan.program, head_dim=64, head_dim_v=64).source
+    assert "S = gl.where((kv_idx <= gl.expand_dims(gl.minimum((Sk) - 1, (((rows + Sk) - Sq))), 1)), S, -float('inf'))" in source
+    path = tmp_path / "k.py"
+    path.write_text(source)
+    assert compile_for_target(_import(path), H200, tmp_path / "b").spill_bytes == 0
 
 
 def test_the_checker_budgets_a_compute_warpgroup_as_the_kernel_launches():

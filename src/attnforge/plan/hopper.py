@@ -98,12 +98,24 @@ def _three_warpgroups(spec: AttentionSpec) -> bool:
     section 11.5) over two: at D = Dv = 64 without a mask or a score modifier past 1k query rows. Measured on the H200 (bench/RESULTS.md,
     2026-12-03 run 14, call 2, each kernel verified first, against the two-warpgroup kernels of the tuning database):
     4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2% (that kernel spilled 8 bytes; the one written now,
-    the overlap's first tile apart, spills none and was timed at 16k only: call 4's bench, 1.15x / 1.05x cuDNN). Causal 16k was +5% / +10%, but that kernel spills
-    40 bytes a thread at 160 registers (compile_report refuses a spill), and causal 1k and 4k were 5-19% slower: causal
-    keeps two warpgroups. Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160
+    the overlap's first tile apart, spills none and was timed at 16k only: call 4's bench, 1.15x / 1.05x cuDNN). Causal 16k was +5% / +10% (that kernel spilled 40
+    bytes a thread at 160 registers; the one written now spills none), causal 1k and 4k 5-19% slower: causal keeps two
+    warpgroups first, three second (``_three_warpgroups_fit``). Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160
     registers softcap's kernel spills 16 bytes, a score_mod's 200), nor at other head dims (D = 128 at BM = 192: BN = 128
     with the overlap spills 360 bytes, BN = 64 compiles clean but was not timed)."""
-    if spec.is_decode or (spec.head_dim, spec.head_dim_v) != (64, 64) or _masked(spec) or score_mods(spec):
+    return _three_warpgroups_fit(spec) and not _masked(spec)
+
+
+def _three_warpgroups_fit(spec: AttentionSpec) -> bool:
+    """Where a three-warpgroup kernel (BM = 192) compiles for sm_90a without a spill at 160 registers a thread and may pay:
+    D = Dv = 64 past 1k query rows, no score modifier, no mask but the causal one (a window's two bounds a row spill 112
+    bytes), and that one launched a program per work tile (past 4k keys: persistent, it spills 32 bytes; a program per
+    tile none, since it compares the keys' indices with the row's bound, compute._keep). Causal, it is the planner's second
+    candidate, for the tuner to time against the two-warpgroup first choice: its run-14 kernel (which spilled 40 bytes)
+    was +5% / +10% at 16k and 5-19% slower at 1k and 4k (bench/RESULTS.md run 14, call 2)."""
+    if spec.is_decode or (spec.head_dim, spec.head_dim_v) != (64, 64) or spec.windowed or spec.mask_mod is not None or score_mods(spec):
+        return False
+    if spec.causal and _persistent(spec, 64, _o_through_q(spec)):
         return False
     return spec.seqlen_q > 1024
 
@@ -131,29 +143,31 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         why = f"Hopper form for head dim {d} on {target.sm}: tcgen05 MMAs into tensor memory, a {first['stages']}-slot K/V ring"
     else:
         first = dict(_FIRST[key])
-        why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
-               + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else ""))
-        if _persistent(spec, d, _o_through_q(spec)):
+        persistent = _persistent(spec, d, _o_through_q(spec))
+        if persistent:
             first["persistent"] = 1
-            why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
         # O through a staging tile and a TMA store (docs/TL.md section 11.5) where it was verified and timed faster
         # (_o_staged; at D = 128 in place of a ring slot), else through Q's tile (_o_through_q). The checker refuses
         # a tile that does not fit; the next candidates go back to the ring as measured without it.
+        store = ""
         if _o_staged(spec):
             if spec.head_dim > 64:
                 first["stages"] = 2
             elif not _masked(spec):
                 first["stages"] = _D64_STAGED_STAGES
             first["ostage"] = 1
-            why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else
-                                                               f" beside a {first['stages']}-slot ring")
+            store = ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else " beside the ring")
         elif _o_through_q(spec):
             first["ostage"] = 2
-            why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
+            store = ", O stored by TMA from the warpgroup's rows of Q's shared tile"
+        why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
+               + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else "")
+               + (", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)" if persistent else "")
+               + store)
     out = [Candidate(first, why)]
-    if target.cc[0] == 9 and _three_warpgroups(spec):  # (then the two-warpgroup choice, as measured against it)
-        out.insert(0, Candidate({**first, "BM": 64 * 3, "warps": 4 * 3},
-                                why.replace("two compute warpgroups", "three compute warpgroups (BM = 192)")))
+    if target.cc[0] == 9 and _three_warpgroups_fit(spec):  # first where measured faster, else second (_three_warpgroups_fit)
+        three = Candidate({**first, "BM": 64 * 3, "warps": 4 * 3}, why.replace("two compute warpgroups", "three compute warpgroups (BM = 192)"))
+        out.insert(0 if _three_warpgroups(spec) else 1, three)
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))

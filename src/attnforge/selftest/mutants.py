@@ -39,6 +39,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # three compute warpgroups in ping-pong (BM = 192: the planner's choice at D = 64 without a mask past 1k query rows;
     # its tile loop written as two, unmasked then masked), for GLUON_MUTANTS
     "hopper_three_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=2048, seqlen_k=2048), "h200"),
+    # three warpgroups under the causal mask (the planner's second candidate past 4k keys, SPEC_PLAN: its Mask compares
+    # the keys' indices with each row's bound), for GLUON_MUTANTS
+    "hopper_three_sets_causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -48,7 +51,11 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+
+# A GLUON_MUTANTS base planned from the planner's first candidate with these parameters rather than its first choice
+# (one the tuner times, not generate's): gluon.gpucheck.base_kernel.
+SPEC_PLAN: dict[str, dict[str, int]] = {"hopper_three_sets_causal": {"BM": 192, "warps": 12}}
 
 
 @dataclass(frozen=True)
@@ -307,6 +314,10 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_three_sets_mask_a_tile_late", "hopper_three_sets", "kernel", r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)",
            "gl.minimum(gl.maximum(lo, split), hi - 1)",
            "the unmasked loop runs a tile past split: the tail tile is scored without the Mask (keys past Sk, read as zeros, weigh in)", every=True),
+    Mutant("gluon_three_sets_causal_bound_a_key_late", "hopper_three_sets_causal", "kernel",
+           r"kv_idx <= gl\.expand_dims\(gl\.minimum\(\(Sk\) - 1, \(\(\(rows \+ Sk\) - Sq\)\)\), 1\)",
+           "kv_idx <= gl.expand_dims(gl.minimum((Sk) - 1, (((rows + Sk) - Sq)) + 1), 1)",
+           "three warpgroups' causal bound (against the keys' indices) one past each row's diagonal"),
     Mutant("gluon_three_sets_q_boxes_at_one_row", "hopper_three_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
            "each warpgroup's TMA box of Q reads the first warpgroup's rows: warpgroups 1 and 2 score the first 64 rows' queries"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)

@@ -108,6 +108,21 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
 
 
+def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
+    """What the tuner times for the Hopper form, in order: the planner's first choice, the planner's best candidate for each other
+    count of compute warpgroups (BM and warps: three against two at D = 64), then the first choice's neighbours (which keep
+    its BM and warps), each once. So ``--max-candidates 2`` times two warpgroup counts head to head where the planner offers
+    both, rather than the first choice against its nearest neighbour."""
+    first = planned[0]
+    counts: dict[tuple[int, int], dict[str, int]] = {}
+    for p in planned:  # the planner's best for each (BM, warps)
+        counts.setdefault((p["BM"], p["warps"]), p)
+    order: dict[tuple, dict[str, int]] = {}
+    for p in [*counts.values(), *hopper_neighbours(first)]:
+        order.setdefault(tuple(sorted(p.items())), p)
+    return list(order.values())
+
+
 # schedule switches, which move a kernel's register pressure as much as its tile does (a persistent causal D = 128 Hopper-form
 # kernel spilled storing O from registers, not through Qs); the portable form's ``persistent`` counts too
 _REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage")
@@ -151,8 +166,8 @@ def search_order(chosen: Backend, timed_spec: AttentionSpec, bucket: AttentionSp
     if hopper:
         from ..plan.hopper import hopper_candidates, hopper_source
 
-        first = hopper_candidates(timed_spec, target)[0].params
-        return "prefill", first, hopper_neighbours(first)[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
+        planned = [c.params for c in hopper_candidates(timed_spec, target)]
+        return "prefill", planned[0], hopper_order(planned)[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
     kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)), mma=chosen.mma)
     first = cands[0].params
     return kind, first, neighbours(first, target, kind)[: max_candidates or None], lambda p: builtin.source_for(bucket, target, kind, p)

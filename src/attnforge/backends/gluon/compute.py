@@ -72,7 +72,7 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
             m.emit(f"S = S * ({by} * {LOG2E})" if id(s) in m.base2.multiplies else f"S = S * ({by})", 1)
     if loop.mask is not None:
         m.tl(loop.mask, 1)
-        keep = _keep(m, loop.mask.keep, extra, q_rows)
+        keep = _keep(m, loop.mask.keep, extra, q_rows, absolute=_loops_split(m))
         if masked_from is None:
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
         else:  # tiles before ``split`` are seen whole by every row: no mask (MASKED: the loop may reach split, ``_tile_loops``)
@@ -118,14 +118,21 @@ def _integer_row_bound(e: n.Expr) -> bool:
     return isinstance(e, n.Binary) and e.op in ("+", "-", "*") and _integer_row_bound(e.left) and _integer_row_bound(e.right)
 
 
-def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str) -> str:
+def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str, absolute: bool = False) -> str:
     """The Mask's keep condition over the (HM, BN) score tile. Its terms that bound the key index by
     the row (``kv_idx < Sk``, ``kv_idx <= q_idx + Sk - Sq``, a window's) become one per-row upper and
     lower bound, compared with the tile's key offsets: two compares a score, the bounds computed once
     a row, instead of each term's arithmetic on a (HM, BN) index tile (whose registers made the
     persistent causal kernel at D = 128 spill). Other terms (a mask_mod; a bound that is not an
     integer of q_idx and the sizes) stay as written. ``q_rows``:
-    the rows' query positions, one per row (q_idx is them as a column)."""
+    the rows' query positions, one per row (q_idx is them as a column).
+
+    ``absolute``: a per-row bound compared with the keys' own indices (kv_idx) rather than less j * BN
+    with the tile's offsets. The offsets do not change from tile to tile, so the compiler keeps them in
+    registers across the loop (BN / 4 a thread); the indices it folds into the compares. Compiled for
+    sm_90a, the causal D = 64 kernel over three warpgroups (160 registers a thread, BM = 192, BN = 128):
+    the offsets spilled 40 bytes, the indices none. Two warpgroups keep the offsets (their kernels
+    were timed so)."""
     bounds: dict[str, list[str]] = {"upper": [], "lower": []}
     rest = []
     for c in _conjuncts(keep):
@@ -143,10 +150,12 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str) -> str:
             bound = bounds[side][0][0]
             for b, _ in bounds[side][1:]:
                 bound = f"{pick}({bound}, {b})"
-            bound = f"({bound}) - j * BN"
-            if any(per_row for _, per_row in bounds[side]):  # a bound per row: computed on the rows, then a column
+            row_bound = any(per_row for _, per_row in bounds[side])
+            by_index = absolute and row_bound
+            bound = bound if by_index else f"({bound}) - j * BN"
+            if row_bound:  # a bound per row: computed on the rows, then a column
                 bound = f"gl.expand_dims({bound}, 1)"
-            terms.append(f"(key_off {'<=' if side == 'upper' else '>='} {bound})")
+            terms.append(f"({'kv_idx' if by_index else 'key_off'} {'<=' if side == 'upper' else '>='} {bound})")
     return " & ".join(terms + rest)
 
 

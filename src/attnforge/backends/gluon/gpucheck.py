@@ -27,16 +27,28 @@ AB_VARIANTS = (
 AB_ROWS = (("bf16", 128, False), ("bf16", 128, True), ("bf16", 64, False))
 
 
-def _build(spec, out: Path, tag: str, target_name: str = "h200") -> tuple[Path, dict]:
-    """The first plan's kernel that compiles for the target without spills: (module path, params)."""
+def base_kernel(key: str, out: Path, tag: str) -> tuple[Path, dict]:
+    """The base kernel of a GLUON_MUTANTS spec: generate's choice, or the first plan with the spec's SPEC_PLAN parameters."""
+    from ...selftest.mutants import SPEC_PLAN, SPECS
+
+    spec, target_name = SPECS[key]
+    return _build(spec, out, tag, target_name, SPEC_PLAN.get(key, {}))
+
+
+def _build(spec, out: Path, tag: str, target_name: str = "h200", want: dict[str, int] | None = None) -> tuple[Path, dict]:
+    """The first plan's kernel (of those with ``want``'s parameters) that compiles for the target without spills:
+    (module path, params)."""
     from ...compile_report import check_fits
     from ...errors import DoesNotFitError
     from ...plan.hopper import hopper_plans
     from ...targets import get_target
     from . import GluonBackend
 
+    want = want or {}
     be, target = GluonBackend(), get_target(target_name)
     for i, p in enumerate(hopper_plans(spec, target)):
+        if any(p.params.get(k) != v for k, v in want.items()):
+            continue
         tr = be.translate(p.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v, file="kernel.tl")
         path = out / "src" / f"{tag}-{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +59,7 @@ def _build(spec, out: Path, tag: str, target_name: str = "h200") -> tuple[Path, 
         except DoesNotFitError:
             continue
         return path, p.params
-    raise RuntimeError(f"no plan fits {target_name}")
+    raise RuntimeError(f"no plan{' with ' + str(want) if want else ''} fits {target_name}")
 
 
 def _verify_one(module: Path, spec_key: str, params: dict) -> None:
@@ -84,7 +96,7 @@ def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
             continue
         mutants.append(m)
         if m.spec not in bases:
-            bases[m.spec], params[m.spec] = _build(SPECS[m.spec][0], out, f"base-{m.spec}", target.name)
+            bases[m.spec], params[m.spec] = base_kernel(m.spec, out, f"base-{m.spec}")
     jobs = [("control-" + key, key, path) for key, path in bases.items()]
     equivalent = {m.name for m in mutants if m.equivalent}
     for m in mutants:
