@@ -6,6 +6,7 @@ The TL harness (a program interpreted in float64 or rounded to a format) and ker
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,14 +37,21 @@ ACCUMULATE_UNIT = 2.0**-23
 
 # Hot query rows: every HOT_EVERY-th row, from row HOT_FIRST, is scaled by HOT_SCALE so that its
 # logits reach about +-1000 (a kernel that exponentiates without subtracting the running max
-# overflows there). Rows 0..HOT_FIRST-1 stay ordinary, so a one-row (decode) case tests the
-# softmax weights rather than a near one-hot row.
+# overflows there). Rows 0..HOT_FIRST-1 stay ordinary. A query of HOT_FIRST rows or fewer (a decode
+# step, a few speculative queries) has no such row: there every HOT_EVERY-th (batch, head) slice from
+# the HOT_FIRST-th is hot instead, so a split-KV decode kernel's running max is tried too, and the
+# other slices test the softmax weights rather than a near one-hot row.
 HOT_EVERY, HOT_FIRST, HOT_SCALE = 7, 3, 400.0
 
 
 def scale_hot_rows(q: Any) -> None:
     """Scale the hot rows of ``q`` (..., S, D), a numpy array or torch tensor, in place."""
-    q[..., HOT_FIRST::HOT_EVERY, :] *= HOT_SCALE
+    if q.shape[-2] > HOT_FIRST:
+        q[..., HOT_FIRST::HOT_EVERY, :] *= HOT_SCALE
+        return
+    lead = tuple(q.shape[:-2])
+    for i in range(HOT_FIRST, math.prod(lead), HOT_EVERY):
+        q[tuple(int(x) for x in np.unravel_index(i, lead))] *= HOT_SCALE  # one (batch, head) slice: a view, scaled in place
 
 
 # ---------------------------------------------------------------- per-row bound on O

@@ -162,7 +162,7 @@ def _tensor(gen: torch.Generator, shape: CaseShape, heads: int, seq: int, dim: i
     aligned, so the kernel specialises (Triton's divisibility by 16) and loads (TMA, 16-byte copies) as it does
     for a contiguous tensor of the same sizes."""
     x = torch.randn(shape.B, heads, seq, dim, generator=gen, dtype=torch.float64, device=gen.device)
-    if hot:  # rows 3, 10, 17, ...: a one-row (decode) case keeps ordinary logits and tests the weights
+    if hot:  # rows 3, 10, 17, ...; with fewer rows (decode) the (batch, head) slices 3, 10, ... (numerics.scale_hot_rows)
         scale_hot_rows(x)
     assert guard % 16 == 0, guard
     rows = guard + seq + guard

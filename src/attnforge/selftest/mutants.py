@@ -152,6 +152,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---- generated kernels
     Mutant("running_max_not_subtracted", "causal", "kernel", r"(?s)(.*)P = tl\.math\.exp2\(S - m_i_safe\[:, None\]\)", r"\1P = tl.math.exp2(S)",
            "the masked loop exponentiates scores without subtracting the running max"),
+    Mutant("decode_running_max_held_at_zero", "decode", "kernel", r"m_i_new = tl\.maximum\(m_i, tl\.max\(S, axis=1\)\)",
+           "m_i_new = tl.maximum(m_i, tl.max(S, axis=1) * 0.0)",
+           "the split-KV partial kernel's running max stays 0: exact but for overflow, caught only where a one-row query's logits are large", every=True),
     Mutant("exp_for_exp2", "causal", "kernel", r"(?s)(.*)P = tl\.math\.exp2\(S - m_i_safe\[:, None\]\)", r"\1P = tl.exp(S - m_i_safe[:, None])",
            "exp where the base-2 softmax needs exp2 (masked loop)"),
     Mutant("log2e_not_folded", "causal", "kernel", r"S = S \* \(scale \* 1\.4426950408889634\)", "S = S * scale",

@@ -42,7 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stage-2 backend (default auto), or several, comma-separated, to search each and time their best head to head")
     p.add_argument("--seq", choices=["<=1024", "<=4096", "<=16384", ">16384"], help="sequence bucket (default: from the spec's lengths)")
     p.add_argument("--budget", type=float, default=300.0, metavar="SECONDS", help="stop starting candidates after this long (default 300)")
-    p.add_argument("--max-candidates", type=int, metavar="N", help="try at most N candidates")
+    p.add_argument("--max-candidates", type=int, metavar="N",
+                   help="try at most N candidates, in order: the planner's first choice (for gluon, then its best at each other "
+                        "count of compute warpgroups), then the first choice's neighbours, nearest first")
     p.add_argument("--db", type=Path, help="database file to write (default: $ATTNFORGE_TUNING or the cache's tuning.json)")
     p.set_defaults(func=run)
 
