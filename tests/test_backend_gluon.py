@@ -217,9 +217,9 @@ def test_three_warpgroups_are_the_first_choice_only_where_they_were_measured():
 
 
 def test_causal_three_warpgroups_are_the_second_candidate_for_the_tuner_to_time():
-    """Causal D = 64 past 1k query rows: two warpgroups first (three were slower at 1k and 4k), three second; the tuner's
-    order then times the two counts head to head within --max-candidates 2, as it does where three come first. Windowed,
-    a three-warpgroup kernel spills (two bounds a row): not offered."""
+    """Causal D = 64 past 4k keys and D = 128 without a mask: two warpgroups first (three were slower at 1k and 4k causal;
+    at D = 128 not timed), three last (generate's fallbacks stay the measured ones); the tuner's order times the two counts
+    head to head within --max-candidates 2, as it does where three come first. Windowed, a three-warpgroup kernel spills (two bounds a row): not offered."""
     from attnforge.plan.hopper import hopper_candidates
     from attnforge.tune.search import hopper_neighbours, hopper_order
 
@@ -228,32 +228,40 @@ def test_causal_three_warpgroups_are_the_second_candidate_for_the_tuner_to_time(
         return [c.params for c in hopper_candidates(spec, H200)]
 
     causal, full = planned(causal=True), planned()
-    assert [p["BM"] for p in causal[:2]] == [128, 192] and causal[1] == {**causal[0], "BM": 192, "warps": 12}
+    assert causal[0]["BM"] == 128 and causal[-1] == {**causal[0], "BM": 192, "warps": 12}  # last: generate's fallbacks stay two warpgroups
+    assert [p["BM"] for p in causal].count(192) == 1
     assert [p["BM"] for p in hopper_order(causal)[:2]] == [128, 192] and [p["BM"] for p in hopper_order(full)[:2]] == [192, 128]
     assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=1024)) and all(p["BM"] == 128 for p in planned(window_left=256, window_right=0))
     assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=4096, seqlen_k=4096))  # persistent there: BM = 192 spills 32 bytes
     d128 = planned(head_dim=128)
-    order = hopper_order(d128)
-    assert order == hopper_neighbours(d128[0]) and len({tuple(sorted(p.items())) for p in hopper_order(full)}) == len(hopper_order(full))
+    assert d128[-1] == {**d128[0], "BM": 192, "warps": 12, "BN": 64, "stages": 4} and all(p["BM"] == 128 for p in planned(head_dim=128, causal=True))
+    assert [p["BM"] for p in hopper_order(d128)[:2]] == [128, 192]
+    d256 = planned(head_dim=256)
+    assert hopper_order(d256) == hopper_neighbours(d256[0])  # one warpgroup count offered: the first choice's neighbours
+    assert len({tuple(sorted(p.items())) for p in hopper_order(full)}) == len(hopper_order(full))
 
 
-def test_the_causal_three_warpgroup_candidate_compiles_without_a_spill(tmp_path):
-    """Its Mask compares the keys' indices with each row's bound (compute._keep, ``absolute``): the tile's key offsets
-    compared with the bound less j * BN stay in registers across the loop and spilled 40 bytes at 160 a thread."""
+@pytest.mark.parametrize("kw", [dict(head_dim=64, causal=True, seqlen_q=16384), dict(head_dim=128, seqlen_q=4096), dict(head_dim=128, seqlen_q=16384)],
+                         ids=["d64-causal-16k", "d128-4k", "d128-16k"])
+def test_the_second_three_warpgroup_candidates_compile_without_a_spill(kw, tmp_path):
+    """The planner's last candidates, over three warpgroups (160 registers a thread) compile for sm_90a without a spill --
+    else the tuner would refuse them unseen. Causal at D = 64 its Mask compares the keys' indices with each row's bound
+    (compute._keep, ``absolute``: the tile's key offsets compared with the bound less j * BN stayed in registers across the
+    loop and spilled 40 bytes); at D = 128 BN = 64 with 4 slots (with O's staging tile up to 4k keys: 225 KiB)."""
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
     from attnforge.plan.hopper import hopper_plans
 
-    spec = AttentionSpec(heads=4, head_dim=64, dtype="bf16", seqlen_q=16384, seqlen_k=16384, causal=True)
-    plans = hopper_plans(spec, H200)
-    next(plans)
-    plan = next(plans)
+    spec = AttentionSpec(**{"heads": 4, "dtype": "bf16", **kw, "seqlen_k": kw["seqlen_q"]})
+    *_, plan = hopper_plans(spec, H200)
     assert (plan.params["BM"], plan.params["warps"]) == (192, 12)
-    source = gluon.translate(plan.program, head_dim=64, head_dim_v=64).source
-    assert "S = gl.where((kv_idx <= gl.expand_dims(gl.minimum((Sk) - 1, (((rows + Sk) - Sq))), 1)), S, -float('inf'))" in source
+    source = gluon.translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    if spec.causal:
+        assert "S = gl.where((kv_idx <= gl.expand_dims(gl.minimum((Sk) - 1, (((rows + Sk) - Sq))), 1)), S, -float('inf'))" in source
     path = tmp_path / "k.py"
     path.write_text(source)
-    assert compile_for_target(_import(path), H200, tmp_path / "b").spill_bytes == 0
+    report = compile_for_target(_import(path), H200, tmp_path / "b")
+    assert report.spill_bytes == 0 and report.shared_bytes <= H200.smem_per_block_optin
 
 
 def test_the_checker_budgets_a_compute_warpgroup_as_the_kernel_launches():

@@ -100,24 +100,31 @@ def _three_warpgroups(spec: AttentionSpec) -> bool:
     4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2% (that kernel spilled 8 bytes; the one written now,
     the overlap's first tile apart, spills none and was timed at 16k only: call 4's bench, 1.15x / 1.05x cuDNN). Causal 16k was +5% / +10% (that kernel spilled 40
     bytes a thread at 160 registers; the one written now spills none), causal 1k and 4k 5-19% slower: causal keeps two
-    warpgroups first, three second (``_three_warpgroups_fit``). Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160
-    registers softcap's kernel spills 16 bytes, a score_mod's 200), nor at other head dims (D = 128 at BM = 192: BN = 128
-    with the overlap spills 360 bytes, BN = 64 compiles clean but was not timed)."""
-    return _three_warpgroups_fit(spec) and not _masked(spec)
+    warpgroups first, three timed second by the tuner (``_three_warpgroups_offer``, as D = 128 without a mask). Not measured under a window,
+    a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's kernel spills 16 bytes, a
+    score_mod's 200)."""
+    return (spec.head_dim, spec.head_dim_v) == (64, 64) and not _masked(spec) and _three_warpgroups_offer(spec) is not None
 
 
-def _three_warpgroups_fit(spec: AttentionSpec) -> bool:
-    """Where a three-warpgroup kernel (BM = 192) compiles for sm_90a without a spill at 160 registers a thread and may pay:
-    D = Dv = 64 past 1k query rows, no score modifier, no mask but the causal one (a window's two bounds a row spill 112
-    bytes), and that one launched a program per work tile (past 4k keys: persistent, it spills 32 bytes; a program per
-    tile none, since it compares the keys' indices with the row's bound, compute._keep). Causal, it is the planner's second
-    candidate, for the tuner to time against the two-warpgroup first choice: its run-14 kernel (which spilled 40 bytes)
-    was +5% / +10% at 16k and 5-19% slower at 1k and 4k (bench/RESULTS.md run 14, call 2)."""
-    if spec.is_decode or (spec.head_dim, spec.head_dim_v) != (64, 64) or spec.windowed or spec.mask_mod is not None or score_mods(spec):
-        return False
-    if spec.causal and _persistent(spec, 64, _o_through_q(spec)):
-        return False
-    return spec.seqlen_q > 1024
+def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
+    """What the three-warpgroup candidate (BM = 192, 12 warps) changes in the two-warpgroup first choice, where one
+    compiles for sm_90a without a spill at 160 registers a thread and may pay (past 1k query rows, no score modifier, no
+    window or mask_mod: a window's two bounds a row spill 112 bytes at D = 64); None elsewhere. It comes first where it
+    was measured faster (``_three_warpgroups``), else last (generate's fallbacks stay the measured two-warpgroup ones),
+    and the tuner times it second (``tune.search.hopper_order``), against two warpgroups:
+    - D = Dv = 64 under the causal mask, past 4k keys (a program per work tile: its Mask compares the keys' indices with
+      each row's bound, compute._keep, and spills none; persistent, up to 4k keys, it spills 32 bytes). Its run-14 kernel
+      (which spilled 40 bytes) was +5% / +10% at 16k and 5-19% slower at 1k and 4k (bench/RESULTS.md run 14, call 2).
+    - D = Dv = 128 without a mask, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes, BN = 64 with
+      3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys). Not timed."""
+    if spec.is_decode or spec.windowed or spec.mask_mod is not None or score_mods(spec) or spec.seqlen_q <= 1024:
+        return None
+    dims = (spec.head_dim, spec.head_dim_v)
+    if dims == (64, 64) and not (spec.causal and _persistent(spec, 64, _o_through_q(spec))):
+        return {"BM": 192, "warps": 12}
+    if dims == (128, 128) and not spec.causal:
+        return {"BM": 192, "warps": 12, "BN": 64, "stages": 4}
+    return None
 
 
 # sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
@@ -165,9 +172,15 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
                + (", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)" if persistent else "")
                + store)
     out = [Candidate(first, why)]
-    if target.cc[0] == 9 and _three_warpgroups_fit(spec):  # first where measured faster, else second (_three_warpgroups_fit)
-        three = Candidate({**first, "BM": 64 * 3, "warps": 4 * 3}, why.replace("two compute warpgroups", "three compute warpgroups (BM = 192)"))
-        out.insert(0 if _three_warpgroups(spec) else 1, three)
+    offer = _three_warpgroups_offer(spec) if target.cc[0] == 9 else None
+    three = None
+    if offer:  # first where measured faster, else after the two-warpgroup fallbacks (the tuner times it second: hopper_order)
+        params = {**first, **offer}
+        text = why.replace("two compute warpgroups", "three compute warpgroups (BM = 192" + (f", BN = {params['BN']})" if params["BN"] != first["BN"] else ")"))
+        three = Candidate(params, text.replace(f"a {first['stages']}-slot", f"a {params['stages']}-slot"))
+        if _three_warpgroups(spec):
+            out.insert(0, three)
+            three = None
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))
@@ -194,7 +207,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             p = {**p, "BN": p["BN"] // 2, "stages": first["stages"]}
             why = "narrower K/V tiles to fit shared memory and registers"
         out.append(Candidate(dict(p), why))
-    return out
+    return out + ([three] if three else [])
 
 
 def _ring(j: str, first: str) -> tuple[str, str, str]:

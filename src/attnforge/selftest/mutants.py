@@ -39,7 +39,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # three compute warpgroups in ping-pong (BM = 192: the planner's choice at D = 64 without a mask past 1k query rows;
     # its tile loop written as two, unmasked then masked), for GLUON_MUTANTS
     "hopper_three_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=2048, seqlen_k=2048), "h200"),
-    # three warpgroups under the causal mask (the planner's second candidate past 4k keys, SPEC_PLAN: its Mask compares
+    # three warpgroups under the causal mask (the planner's last candidate past 4k keys, SPEC_PLAN: its Mask compares
     # the keys' indices with each row's bound), for GLUON_MUTANTS
     "hopper_three_sets_causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
