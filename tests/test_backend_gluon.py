@@ -216,7 +216,7 @@ def test_three_warpgroups_are_the_first_choice_only_where_they_were_measured():
     assert bm(head_dim_v=32) == 128 and hopper_candidates(AttentionSpec(heads=4, head_dim=64, dtype="bf16", seqlen_q=4096), H200)[1].params["BM"] == 128
 
 
-def test_causal_three_warpgroups_are_the_second_candidate_for_the_tuner_to_time():
+def test_three_warpgroups_come_last_where_unmeasured_and_the_tuner_times_them_second():
     """Causal D = 64 past 4k keys and D = 128 without a mask: two warpgroups first (three were slower at 1k and 4k causal;
     at D = 128 not timed), three last (generate's fallbacks stay the measured ones); the tuner's order times the two counts
     head to head within --max-candidates 2, as it does where three come first. Windowed, a three-warpgroup kernel spills (two bounds a row): not offered."""
@@ -235,6 +235,9 @@ def test_causal_three_warpgroups_are_the_second_candidate_for_the_tuner_to_time(
     assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=4096, seqlen_k=4096))  # persistent there: BM = 192 spills 32 bytes
     d128 = planned(head_dim=128)
     assert d128[-1] == {**d128[0], "BM": 192, "warps": 12, "BN": 64, "stages": 4} and all(p["BM"] == 128 for p in planned(head_dim=128, causal=True))
+    spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", seqlen_q=4096, seqlen_k=4096)
+    why = hopper_candidates(spec, H200)[-1].reason
+    assert "three compute warpgroups (BM = 192, BN = 64)" in why and "a 4-slot K/V ring" in why and "in place of" not in why
     assert [p["BM"] for p in hopper_order(d128)[:2]] == [128, 192]
     d256 = planned(head_dim=256)
     assert hopper_order(d256) == hopper_neighbours(d256[0])  # one warpgroup count offered: the first choice's neighbours
@@ -386,6 +389,18 @@ def test_a_staging_tile_refused_for_shared_memory_rules_out_only_kernels_that_ho
     assert _pruned({**first, "ostage": 1, "persistent": 1}, by)
     assert not _pruned({**first, "ostage": 2}, by) and not _pruned(first, by) and not _pruned({**first, "stages": 4}, by)
     assert _pruned({**first, "stages": 4}, [("shared", first)])
+
+
+def test_a_three_warpgroup_spill_rules_out_no_two_warpgroup_kernel():
+    """In the Hopper form a thread's registers come from the warps (setmaxnreg over whole warpgroups: 240 a compute thread
+    for 8 warps, 160 for 12): the tuner times BM = 192 in 12 warps second, and its spill says nothing of BM = 128 in 8."""
+    from attnforge.tune.search import _pruned
+
+    two = dict(BM=128, BN=128, warps=8, stages=2, pingpong=1, overlap=1, persistent=1)
+    three = {**two, "BM": 192, "BN": 64, "warps": 12, "stages": 4}
+    assert _pruned({**two, "stages": 3}, [("spills", three)])  # the portable form's rule: more rows a warp, as large a tile
+    assert not _pruned({**two, "stages": 3}, [("spills", three)], budget_by_warps=True)
+    assert _pruned({**three, "BN": 128}, [("spills", three)], budget_by_warps=True)
 
 
 def test_a_spill_rules_out_only_kernels_with_the_same_schedule_switches():

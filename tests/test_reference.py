@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnforge.dtypes import FORMATS, round_to
+from attnforge.numerics import o_row_bound
 from attnforge.reference import attention_reference, relative_error
 
 
@@ -101,7 +102,7 @@ def test_fp16_rounding_is_correctly_rounded_from_float64():
 
 
 def test_the_cpu_reference_takes_no_vml_function(monkeypatch):
-    """exp, log and tanh of the CPU reference go through numpy, not ATen's MKL VML kernels, whose
+    """exp, log and tanh of the CPU reference (and the error model's log and sqrt) go through numpy, not ATen's MKL VML kernels, whose
     concurrent first calls can run in VML's low-accuracy kernel (pytorch/pytorch#188792): the exact
     gate's 1e-10 bound then refused a correct program in a fresh process under load."""
     def refuse(name):
@@ -116,11 +117,33 @@ def test_the_cpu_reference_takes_no_vml_function(monkeypatch):
     rng = np.random.default_rng(3)
     q, k, v = rng.standard_normal((1, 4, 9, 16)), rng.standard_normal((1, 2, 11, 16)), rng.standard_normal((1, 2, 11, 16))
     expected = attention_reference(q, k, v, softcap=5.0, causal=True)
-    for name in ("exp", "log", "tanh"):
+    for name in ("exp", "log", "tanh", "sqrt"):
         monkeypatch.setattr(torch, name, refuse(name))
     o, lse = attention_reference(q, k, v, softcap=5.0, causal=True)
+    p, l = attention_reference(q, k, v, softcap=5.0, causal=True, weights=True)[2:]
+    o_row_bound(p, l, np.repeat(v, 2, 1), o, np.zeros(lse.shape), "fp16", "fp16")  # the error model's log and sqrt too
     assert np.array_equal(o, expected[0]) and np.array_equal(lse, expected[1])
     s = 5.0 * np.tanh(np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, 2, 1)) / 4.0 / 5.0)
     s = np.where(np.arange(11)[None, :] <= np.arange(9)[:, None] + 2, s, -np.inf)
     ref_lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
     assert np.max(np.abs(lse - ref_lse)) < 1e-13
+
+
+def test_a_query_too_short_for_a_hot_row_gets_hot_batch_head_slices():
+    """Rows 3, 10, ... are hot (logits near +-1000); a query of three rows or fewer (decode) has none, so every 7th (b, h)
+    slice from the 4th is scaled instead, in place, on numpy arrays (views too) and torch tensors alike."""
+    from attnforge.numerics import HOT_SCALE, scale_hot_rows
+
+    q = np.ones((2, 5, 1, 4))
+    scale_hot_rows(q)
+    assert np.argwhere(q[..., 0, 0] == HOT_SCALE).tolist() == [[0, 3]] and (q[1] == 1).all()
+    big = np.ones((3, 4, 6, 2))
+    view = big[:, :, 1:3]  # two rows of a larger array: a strided view
+    scale_hot_rows(view)
+    assert np.argwhere(big[..., 1, 0] == HOT_SCALE).tolist() == [[0, 3], [2, 2]] and (big[..., 0, :] == 1).all()
+    t = torch.ones(1, 3, 1, 2)  # three slices: none hot
+    scale_hot_rows(t)
+    assert bool((t == 1).all())
+    rows = torch.ones(1, 1, 12, 2)
+    scale_hot_rows(rows)
+    assert torch.nonzero(rows[0, 0, :, 0] == HOT_SCALE).flatten().tolist() == [3, 10]

@@ -98,6 +98,7 @@ def o_row_bound(p: Any, l: Any, v: Any, o: Any, score_err: Any, p_fmt: str, out_
     import torch
 
     from .dtypes import FORMATS
+    from .reference import elementwise64
 
     as_numpy = not isinstance(p, torch.Tensor)
     device = None if as_numpy else p.device
@@ -113,10 +114,10 @@ def o_row_bound(p: Any, l: Any, v: Any, o: Any, score_err: Any, p_fmt: str, out_
     weighted_v = _rows_dot(p, v_norm)  # sum_j p_j |v_j|
     visible = seen.sum(dim=-1)
     rounding += visible * (FP32_UNIT * weighted_v) ** 2
-    neg_log_p = torch.where(seen, -torch.log(torch.where(seen, p, 1.0)), 0.0)
+    neg_log_p = torch.where(seen, -elementwise64(torch.where(seen, p, 1.0), np.log, torch.log), 0.0)
     exp_err = EXP_RELATIVE * weighted_v + EXP_ARGUMENT * _rows_dot(p * neg_log_p, v_norm)
     scores = 2.0 * score_err * (weighted_v + o_norm)
-    bound = O_ROW_SIGMAS * torch.sqrt(rounding) + exp_err + scores
+    bound = O_ROW_SIGMAS * elementwise64(rounding, np.sqrt, torch.sqrt) + exp_err + scores
     return bound.cpu().numpy() if as_numpy else bound
 
 

@@ -28,8 +28,9 @@ ScoreFn = Callable[..., np.ndarray]  # (score, b, h, q_idx, kv_idx) -> score, al
 MaskFn = Callable[..., np.ndarray]  # (b, h, q_idx, kv_idx) -> bool
 
 
-def _elementwise(x: "torch.Tensor", on_host: Callable[[np.ndarray], np.ndarray], on_device: Callable) -> "torch.Tensor":
-    """exp, log or tanh of a float64 tensor. On the CPU through numpy: ATen sends these ops to MKL's VML,
+def elementwise64(x: "torch.Tensor", on_host: Callable[[np.ndarray], np.ndarray], on_device: Callable) -> "torch.Tensor":
+    """exp, log or tanh of a float64 tensor. On the CPU through numpy (single-threaded: a large case on the host
+    takes longer, a GPU's out-of-memory fallback among them): ATen sends these ops to MKL's VML,
     whose kernel dispatch resolves on each function's first call, and concurrent first calls from ATen's
     worker threads can run a chunk in VML's low-accuracy kernel (pytorch/pytorch#188792, oneMKL 2024.2 as
     the torch 2.13 wheels bundle). Seen here: a fresh verifying process under load got err(O) 6.5e-10
@@ -37,7 +38,7 @@ def _elementwise(x: "torch.Tensor", on_host: Callable[[np.ndarray], np.ndarray],
     if x.device.type == "cpu":
         import torch
 
-        return torch.from_numpy(on_host(x.numpy()))
+        return torch.from_numpy(on_host(x.detach().numpy()))
     return on_device(x)
 
 
@@ -103,7 +104,7 @@ def attention_reference(
     kj = np.arange(Sk)[None, :]
     diag = qi + Sk - Sq
     if softcap is not None:
-        s = softcap * _elementwise(s / softcap, np.tanh, torch.tanh)
+        s = softcap * elementwise64(s / softcap, np.tanh, torch.tanh)
     if alibi_slopes is not None:
         slopes = torch.as_tensor(np.asarray(alibi_slopes, dtype=np.float64), device=device).reshape(1, Hq, 1, 1)
         s = s - slopes * torch.as_tensor(np.abs(diag - kj), dtype=torch.float64, device=device)
@@ -128,11 +129,11 @@ def attention_reference(
     row_max = s.amax(dim=-1, keepdim=True)
     empty = ~torch.isfinite(row_max)  # only -inf: every key masked
     safe_max = torch.where(empty, 0.0, row_max)
-    p = _elementwise(s - safe_max, np.exp, torch.exp)
+    p = elementwise64(s - safe_max, np.exp, torch.exp)
     row_sum = p.sum(dim=-1, keepdim=True)
     safe_sum = torch.where(empty, 1.0, row_sum)
     o = torch.where(empty, 0.0, torch.matmul(p, v) / safe_sum)
-    lse = torch.where(empty, -math.inf, safe_max + _elementwise(safe_sum, np.log, torch.log))[..., 0]
+    lse = torch.where(empty, -math.inf, safe_max + elementwise64(safe_sum, np.log, torch.log))[..., 0]
     out = (o, lse)
     if weights:
         out += (torch.where(empty, 0.0, p / safe_sum), torch.where(empty, 0.0, row_sum)[..., 0])

@@ -177,7 +177,10 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     if offer:  # first where measured faster, else after the two-warpgroup fallbacks (the tuner times it second: hopper_order)
         params = {**first, **offer}
         text = why.replace("two compute warpgroups", "three compute warpgroups (BM = 192" + (f", BN = {params['BN']})" if params["BN"] != first["BN"] else ")"))
-        three = Candidate(params, text.replace(f"a {first['stages']}-slot", f"a {params['stages']}-slot"))
+        text = text.replace(f"a {first['stages']}-slot", f"a {params['stages']}-slot")
+        if params["stages"] > first["stages"]:  # (D = 128: the staging tile beside a deeper ring, no longer in a slot's place)
+            text = text.replace(" (in place of a third ring slot)", " beside the ring")
+        three = Candidate(params, text)
         if _three_warpgroups(spec):
             out.insert(0, three)
             three = None

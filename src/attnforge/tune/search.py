@@ -5,15 +5,18 @@ it is timed, within a time budget.
 The candidates start from the planner's first choice and walk its neighbours (BM, BN, warps,
 stages, TMA, persistent scheduling), nearest first. A rejection prunes what would fail for the
 same reason: a kernel that spills rules out tiles at least as large under the same schedule
-switches (not fewer stages: stages cost shared memory, not registers); one over shared memory rules
+switches (not fewer stages: stages cost shared memory, not registers; in the Hopper form only of
+as many warps, whose count sets each thread's registers); one over shared memory rules
 out as many stages of tiles at least as large. Times are medians of CUDA events on the bucket's
 timing shape, of launches as a user's calls make them (the first checked, the later ones on the
 kernel's fast path), beside the planner's first choice in the same run. Without a GPU, candidates run in the interpreter on a
 tiny shape: the search and the database work, but the times say nothing about a GPU.
 
 A backend that translates the Hopper form (``tl_form == "hopper"``: gluon) is searched over that
-form's parameters instead: K/V tile width, ring depth and the schedule switches (``pingpong``,
-``overlap``, ``persistent``, ``ostage``); it has no interpreter, so it is tuned on its GPU only.
+form's parameters instead: the planner's first choice, its best at each other count of compute
+warpgroups (BM and warps: ``hopper_order``), then the first choice's K/V tile width, ring depth and
+schedule switches (``pingpong``, ``overlap``, ``persistent``, ``ostage``); it has no interpreter, so
+it is tuned on its GPU only.
 """
 
 from __future__ import annotations
@@ -128,12 +131,15 @@ def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
 _REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage")
 
 
-def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]]) -> bool:
-    """Whether an earlier rejection rules ``params`` out (see the module docstring)."""
+def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]], *, budget_by_warps: bool = False) -> bool:
+    """Whether an earlier rejection rules ``params`` out (see the module docstring). ``budget_by_warps`` (the Hopper form):
+    a thread's register budget is set by the warps (setmaxnreg over whole warpgroups: 240 a compute thread for 8 warps, 160
+    for 12), so a spill rules out only candidates of as many warps."""
     for why, bad in by:
         tile, bad_tile = params["BM"] * params["BN"], bad["BM"] * bad["BN"]
         same_switches = all(params.get(k, 0) == bad.get(k, 0) for k in _REGISTER_SWITCHES)
-        if why == "spills" and tile >= bad_tile and params["warps"] <= bad["warps"] and same_switches:
+        warps = params["warps"] == bad["warps"] if budget_by_warps else params["warps"] <= bad["warps"]
+        if why == "spills" and tile >= bad_tile and warps and same_switches:
             return True
         if (why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1)
                 and (params.get("ostage") == 1 or bad.get("ostage") != 1)):  # (O's staging tile: only what holds one too)
@@ -153,8 +159,8 @@ def _reason(message: str) -> str | None:
 def search_order(chosen: Backend, timed_spec: AttentionSpec, bucket: AttentionSpec, target: Target,
                  max_candidates: int | None = None) -> tuple[str, dict[str, int], list[dict[str, int]], Callable[[dict[str, int]], str]]:
     """What ``tune`` searches for a backend: the kind of program, the planner's first choice for the
-    timed shape, the candidates nearest first, and the TL source of a candidate for the bucket. The
-    Hopper form's split-KV pair (decode, packed small-Sq GQA) searches its own candidates, not the
+    timed shape, the candidates nearest first (the Hopper form's prefill: ``hopper_order``), and the TL source of a candidate
+    for the bucket. The Hopper form's split-KV pair (decode, packed small-Sq GQA) searches its own candidates, not the
     prefill kernel's neighbours."""
     hopper = chosen.tl_form == "hopper"
     if hopper and (timed_spec.is_decode or builtin.packs_gqa(timed_spec)):
@@ -210,7 +216,7 @@ def tune(spec: AttentionSpec, target: Target, *, backend: str | Backend = "auto"
             if time.monotonic() > deadline and trials:
                 say(f"budget of {budget_s:.0f} s spent after {len(trials)} candidate(s)")
                 break
-            if _pruned(params, pruned_by):
+            if _pruned(params, pruned_by, budget_by_warps=hopper):
                 continue
             trial = Trial(params)
             trials.append(trial)
