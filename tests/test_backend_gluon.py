@@ -1109,3 +1109,21 @@ def test_a_window_wider_than_the_sequences_is_clamped_before_the_kernel_reads_it
     from attnforge.backends.triton.runtime import window_bound
 
     assert window_bound("window_right", 2**31 - 1, 300, 300) == 600
+
+
+def test_the_spill_tool_compiles_variants_and_names_a_refused_one(tmp_path):
+    """bench/gluon_spills.py: each variant over the planner's first plan compiled for sm_90a with its spill bytes; a
+    variant the translator refuses is said so, and the exit code is 1."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "bench" / "gluon_spills.py"), "--head-dim", "64", "--seqlen-q", "1024",
+                           "--keep", str(tmp_path), "{}", '{"BM": 100}'], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root / "src")})
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, done.stderr
+    assert any(line.startswith("{}") and "spill    0 B" in line for line in lines), done.stdout
+    assert any(line.startswith('{"BM": 100}') and "refused" in line for line in lines), done.stdout
