@@ -141,6 +141,22 @@ _FIRST_SM100 = {
 HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "ostage", "occupancy"})
 
 
+def _hopper_reason(d: int, p: dict[str, int]) -> str:
+    """Why the planner writes an sm_90 Hopper-form candidate with parameters ``p``, in words, from ``p`` alone."""
+    sets = {2: "two", 3: "three", 4: "four"}[p["warps"] // 4]  # (the sm_90 form is in ping-pong: 8, 12 or 16 warps)
+    who = "two compute warpgroups" if sets == "two" else f"{sets} compute warpgroups (BM = {p['BM']}, BN = {p['BN']})"
+    why = f"Hopper form for head dim {d}: {who} in ping-pong, a {p['stages']}-slot K/V ring"
+    if p.get("overlap"):
+        why += ", the next QK^T GEMM issued before the softmax"
+    if p.get("persistent"):
+        why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
+    if p.get("ostage") == 1:  # (at D = 128 the 2-slot ring gave its third slot to the staging tile)
+        why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if d > 64 and p["stages"] == 2 else " beside the ring")
+    elif p.get("ostage") == 2:
+        why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
+    return why
+
+
 def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     """Parameters for the Hopper form, best first; fallbacks take ring slots away, then narrow BN."""
     d = max(spec.head_dim, spec.head_dim_v)
@@ -150,40 +166,26 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         why = f"Hopper form for head dim {d} on {target.sm}: tcgen05 MMAs into tensor memory, a {first['stages']}-slot K/V ring"
     else:
         first = dict(_FIRST[key])
-        persistent = _persistent(spec, d, _o_through_q(spec))
-        if persistent:
+        if _persistent(spec, d, _o_through_q(spec)):
             first["persistent"] = 1
         # O through a staging tile and a TMA store (docs/TL.md section 11.5) where it was verified and timed faster
         # (_o_staged; at D = 128 in place of a ring slot), else through Q's tile (_o_through_q). The checker refuses
         # a tile that does not fit; the next candidates go back to the ring as measured without it.
-        store = ""
         if _o_staged(spec):
             if spec.head_dim > 64:
                 first["stages"] = 2
             elif not _masked(spec):
                 first["stages"] = _D64_STAGED_STAGES
             first["ostage"] = 1
-            store = ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if spec.head_dim > 64 else " beside the ring")
         elif _o_through_q(spec):
             first["ostage"] = 2
-            store = ", O stored by TMA from the warpgroup's rows of Q's shared tile"
-        why = (f"Hopper form for head dim {d}: two compute warpgroups in ping-pong, a {first['stages']}-slot K/V ring"
-               + (", the next QK^T GEMM issued before the softmax" if first.get("overlap") else "")
-               + (", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)" if persistent else "")
-               + store)
+        why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
     offer = _three_warpgroups_offer(spec) if target.cc[0] == 9 else None
-    three = None
-    if offer:  # first where measured faster, else after the two-warpgroup fallbacks (the tuner times it second: hopper_order)
-        params = {**first, **offer}
-        text = why.replace("two compute warpgroups", "three compute warpgroups (BM = 192" + (f", BN = {params['BN']})" if params["BN"] != first["BN"] else ")"))
-        text = text.replace(f"a {first['stages']}-slot", f"a {params['stages']}-slot")
-        if params["stages"] > first["stages"]:  # (D = 128: the staging tile beside a deeper ring, no longer in a slot's place)
-            text = text.replace(" (in place of a third ring slot)", " beside the ring")
-        three = Candidate(params, text)
-        if _three_warpgroups(spec):
-            out.insert(0, three)
-            three = None
+    three = Candidate({**first, **offer}, _hopper_reason(d, {**first, **offer})) if offer else None
+    if three and _three_warpgroups(spec):  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
+        out.insert(0, three)
+        three = None
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))
