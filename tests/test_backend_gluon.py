@@ -1114,3 +1114,13 @@ def test_the_spill_tool_compiles_variants_and_names_a_refused_one(tmp_path):
     assert done.returncode == 1, done.stderr
     assert any(line.startswith("{}") and "spill    0 B" in line for line in lines), done.stdout
     assert any(line.startswith('{"BM": 100}') and "refused" in line for line in lines), done.stdout
+
+
+def test_a_mutant_is_taken_as_hung_only_well_past_its_controls_time():
+    """The GPU check's hang rule: a multiple of the control's seconds (a slow build is not a hang), never under the floor,
+    and the control's own deadline where no control time is known."""
+    from attnforge.backends.gluon.gpucheck import CONTROL_DEADLINE_S, MUTANT_DEADLINE_S, mutant_deadline
+
+    assert mutant_deadline(38.0) == pytest.approx(95.0)
+    assert mutant_deadline(5.0) == MUTANT_DEADLINE_S
+    assert mutant_deadline(None) == CONTROL_DEADLINE_S

@@ -7,6 +7,8 @@ stage index; on sm_100 a dropped MMA wait, an accumulator overwritten, a rescale
 kernels are written for this GPU's family (the others are listed as skipped), each planted in its spec's generated kernel and verified natively in a process of
 its own with a deadline: a mutant that hangs the GPU (a barrier wait that never completes) is
 killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control;
+a mutant's deadline is a multiple of its control's time (the child compiles before it runs, and a
+compile on a loaded machine once took a control past a fixed 40 s: a slow build is not a hang);
 an equivalent mutant (its ``equivalent`` says why) must pass, as the control does.
 ab: the generated kernel timed beside variants of its own source (``AB_VARIANTS``) and SDPA's
 cuDNN backend, for choosing what the translator emits. Prints one line per item; JSON under --out.
@@ -19,7 +21,9 @@ import json
 import time
 from pathlib import Path
 
-MUTANT_DEADLINE_S = 40.0
+MUTANT_DEADLINE_S = 40.0  # the least a mutant is given
+CONTROL_DEADLINE_S = 240.0  # a control must pass; its time sets its mutants' deadline
+DEADLINE_PER_CONTROL = 2.5  # a mutant still running past this many times its control's time is taken as hung
 # (name, old, new): edits of a generated module, timed against it (same row, same run)
 AB_VARIANTS = (
     ("load-4-warps", "], [WG_WARPS, 1], [240, 24])", "], [WG_WARPS, 4], [240, 24])"),
@@ -103,15 +107,28 @@ def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
         path = out / "src" / f"mutant-{m.name}.py"
         path.write_text(m.apply(bases[m.spec].read_text()))
         jobs.append((m.name, m.spec, path))
+    control_s: dict[str, float] = {}
     for name, key, path in jobs:
         start = time.time()
-        passed, caught, detail = verify_in_child("attnforge.backends.gluon.gpucheck", path, key, params[key], MUTANT_DEADLINE_S)
-        control = name.startswith("control-") or name in equivalent  # these must pass verification
+        is_control = name.startswith("control-")
+        deadline = CONTROL_DEADLINE_S if is_control else mutant_deadline(control_s.get(key))
+        passed, caught, detail = verify_in_child("attnforge.backends.gluon.gpucheck", path, key, params[key], deadline)
+        if is_control and passed:
+            control_s[key] = time.time() - start
+        control = is_control or name in equivalent  # these must pass verification
         ok = passed if control else caught
         rows.append(dict(name=name, control=control, passed_verification=passed, as_expected=ok, detail=detail, seconds=round(time.time() - start, 1)))
         print(f"{name:32s} {'control ' if control else 'mutant  '} {'PASSED' if passed else 'FAILED' if control else 'KILLED' if caught else 'CRASHED'}"
               f" ({'as expected' if ok else 'NOT AS EXPECTED'}; {time.time() - start:.0f} s) {detail[:160]}", flush=True)
     return rows
+
+
+def mutant_deadline(control_seconds: float | None) -> float:
+    """Seconds a mutant's child may take before it counts as hung: DEADLINE_PER_CONTROL times its control's
+    (compile and verification alike), at least MUTANT_DEADLINE_S; the control's own deadline where it did not pass."""
+    if control_seconds is None:
+        return CONTROL_DEADLINE_S
+    return max(MUTANT_DEADLINE_S, DEADLINE_PER_CONTROL * control_seconds)
 
 
 def phase_ab(out: Path) -> list[dict]:
