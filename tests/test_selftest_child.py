@@ -20,6 +20,10 @@ CHILD = textwrap.dedent('''
         print("FAILED 1x4/2x37x53 bhsd: RuntimeError: CUDA error: an illegal memory access was encountered"); sys.exit(1)
     if what == "hang":
         time.sleep(30)
+    if what == "env":  # passes only with the cache directory the parent gave it
+        import os
+        ok = os.environ.get("TRITON_CACHE_DIR", "").endswith("fresh-cache")
+        print("PASSED" if ok else "FAILED saw " + os.environ.get("TRITON_CACHE_DIR", "none")); sys.exit(0 if ok else 1)
     raise ImportError("a child that never verified")  # a traceback, then this line
 ''')
 
@@ -48,3 +52,13 @@ def test_what_a_child_verdict_counts_as(child_module, tmp_path, what, passed, ca
     assert (tmp_path / what).with_suffix(".log").is_file()
     if what == "fail":
         assert "building" in (tmp_path / what).with_suffix(".log").read_text()
+
+
+def test_a_child_builds_with_the_environment_it_is_given(child_module, tmp_path):
+    """The Gluon GPU check gives each child a Triton cache of its own (its control's time must include a build, as a
+    mutant's does); the child sees it, on top of the parent's environment (PYTHONPATH still finds the module)."""
+    passed, caught, detail = verify_in_child(child_module, tmp_path / "env", "hopper", {}, deadline_s=60.0,
+                                             env={"TRITON_CACHE_DIR": str(tmp_path / "fresh-cache")})
+    assert (passed, caught) == (True, False), detail
+    passed, caught, detail = verify_in_child(child_module, tmp_path / "env", "hopper", {}, deadline_s=60.0)
+    assert (passed, caught) == (False, True) and "saw" in detail

@@ -6,6 +6,7 @@ process per mutant keeps either from deciding the next mutant's verdict."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +15,18 @@ from typing import NoReturn
 from ..verify import VerifyRecord
 
 
-def verify_in_child(module: str, path: Path, spec_key: str, params: dict, deadline_s: float, extra: tuple[str, ...] = ()) -> tuple[bool, bool, str]:
+def verify_in_child(module: str, path: Path, spec_key: str, params: dict, deadline_s: float, extra: tuple[str, ...] = (),
+                    env: dict[str, str] | None = None) -> tuple[bool, bool, str]:
     """Run ``python -m module --verify-one path --spec spec_key --params ...`` (the module's child
     mode, which ends in ``exit_with_verdict``; ``extra``: more of its arguments): (passed
     verification, caught, detail). Caught means
     verification said no (a fault included: it fails the cases) or the deadline passed; a child
     that crashed before verifying (an import, a build) catches nothing.
-    The child's whole output is kept beside ``path`` (``.log``)."""
+    The child's whole output is kept beside ``path`` (``.log``); ``env``: variables set for it on top of this process's."""
     command = [sys.executable, "-m", module, "--verify-one", str(path), "--spec", spec_key, "--params", json.dumps(params), *extra]
     log = Path(path).with_suffix(".log")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline_s)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline_s, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired as late:
         log.write_text(_text(late.stdout) + _text(late.stderr))
         return False, True, f"no result within {deadline_s:.0f} s (a barrier wait that never completes)"

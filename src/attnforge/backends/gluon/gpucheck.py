@@ -8,7 +8,8 @@ kernels are written for this GPU's family (the others are listed as skipped), ea
 its own with a deadline: a mutant that hangs the GPU (a barrier wait that never completes) is
 killed by the deadline, and so counts as caught. The unmutated kernel runs first as the control;
 a mutant's deadline is a multiple of its control's time (the child compiles before it runs, and a
-compile on a loaded machine once took a control past a fixed 40 s: a slow build is not a hang);
+compile on a loaded machine once took a control past a fixed 40 s: a slow build is not a hang), and
+each child builds into a Triton cache of its own, so that a control's time is never a cached build's;
 an equivalent mutant (its ``equivalent`` says why) must pass, as the control does.
 ab: the generated kernel timed beside variants of its own source (``AB_VARIANTS``) and SDPA's
 cuDNN backend, for choosing what the translator emits. Prints one line per item; JSON under --out.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -112,7 +114,12 @@ def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
         start = time.time()
         is_control = name.startswith("control-")
         deadline = CONTROL_DEADLINE_S if is_control else mutant_deadline(control_s.get(key))
-        passed, caught, detail = verify_in_child("attnforge.backends.gluon.gpucheck", path, key, params[key], deadline)
+        # a fresh Triton cache: the control's time includes its compile, as each mutant's does (run 15 call 4: a control
+        # cached from an earlier call took 6 s, its mutant, built anew, 39 s to fail)
+        cache = out / "triton-cache" / name
+        shutil.rmtree(cache, ignore_errors=True)
+        passed, caught, detail = verify_in_child("attnforge.backends.gluon.gpucheck", path, key, params[key], deadline,
+                                                 env={"TRITON_CACHE_DIR": str(cache)})
         if is_control and passed:
             control_s[key] = time.time() - start
         control = is_control or name in equivalent  # these must pass verification
