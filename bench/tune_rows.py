@@ -14,10 +14,15 @@ Then merge --db's entries into src/attnforge/tune/shipped.json.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+_CANDIDATE_TIME = re.compile(r"^\s+\w+=\d+.*: \d+\.\d{3} ms")  # attnforge tune's line for a timed candidate
 
 
 def main() -> int:
@@ -55,8 +60,11 @@ def main() -> int:
                    "--batch", str(row.batch), "--seqlen-q", str(row.seqlen_q), "--seqlen-k", str(row.seqlen_k),
                    *(["--causal"] if row.causal else []), "--budget", str(args.budget),
                    "--max-candidates", str(args.max_candidates), "--db", str(args.db)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        said = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("head to head", "best", "no candidate", "rejected"))]
+        # (COLUMNS: rich would wrap the lines at 80 columns of a pipe)
+        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
+        # each candidate's time too, so that a head-to-head run keeps the loser's (the database records the winner's only)
+        said = [line.strip() for line in result.stdout.splitlines()
+                if line.strip().startswith(("head to head", "best", "no candidate", "rejected")) or _CANDIDATE_TIME.search(line)]
         print(f"{row.name}: " + (" | ".join(said) if said else (result.stdout + result.stderr)[-400:]), flush=True)
     return 0
 

@@ -95,15 +95,19 @@ def _o_through_q(spec: AttentionSpec) -> bool:
 
 def _three_warpgroups(spec: AttentionSpec) -> bool:
     """Whether the sm_90 first choice takes three compute warpgroups in ping-pong (BM = 192, 12 warps; docs/TL.md
-    section 11.5) over two: at D = Dv = 64 without a mask or a score modifier past 1k query rows. Measured on the H200 (bench/RESULTS.md,
-    2026-12-03 run 14, call 2, each kernel verified first, against the two-warpgroup kernels of the tuning database):
-    4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full -2% (that kernel spilled 8 bytes; the one written now,
-    the overlap's first tile apart, spills none and was timed at 16k only: call 4's bench, 1.15x / 1.05x cuDNN). Causal 16k was +5% / +10% (that kernel spilled 40
-    bytes a thread at 160 registers; the one written now spills none), causal 1k and 4k 5-19% slower: causal keeps two
-    warpgroups first, three timed second by the tuner (``_three_warpgroups_offer``, as D = 128 without a mask). Not measured under a window,
-    a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's kernel spills 16 bytes, a
-    score_mod's 200)."""
-    return (spec.head_dim, spec.head_dim_v) == (64, 64) and not _masked(spec) and _three_warpgroups_offer(spec) is not None
+    section 11.5) over two: at D = Dv = 64 without a window, a mask_mod or a score modifier, past 1k query rows, and
+    under the causal mask past 4k keys (``_three_warpgroups_offer``). Measured on the H200 against the two-warpgroup
+    kernels, each verified first:
+    - no mask (bench/RESULTS.md 2026-12-03 run 14, call 2): 4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full
+      -2% (that kernel spilled 8 bytes; the one written now spills none). Run 15 call 2: the tuner timed both at 4k full
+      and kept three;
+    - causal past 4k keys (run 15 call 2, the tuner head to head at 16k: 2.294 against 2.500 ms fp16, 2.236 against
+      2.443 bf16, +9% each, the kernel whose Mask compares the keys' indices and spills none); causal up to 4k keys,
+      where the kernel is persistent (and spills 32 bytes at BM = 192), keeps two: run 14's causal 1k and 4k were
+      5-19% slower.
+    Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's
+    kernel spills 16 bytes, a score_mod's 200)."""
+    return (spec.head_dim, spec.head_dim_v) == (64, 64) and _three_warpgroups_offer(spec) is not None
 
 
 def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
@@ -113,8 +117,8 @@ def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
     was measured faster (``_three_warpgroups``), else last (generate's fallbacks stay the measured two-warpgroup ones),
     and the tuner times it second (``tune.search.hopper_order``), against two warpgroups:
     - D = Dv = 64 under the causal mask, past 4k keys (a program per work tile: its Mask compares the keys' indices with
-      each row's bound, compute._keep, and spills none; persistent, up to 4k keys, it spills 32 bytes). Its run-14 kernel
-      (which spilled 40 bytes) was +5% / +10% at 16k and 5-19% slower at 1k and 4k (bench/RESULTS.md run 14, call 2).
+      each row's bound, compute._keep, and spills none; persistent, up to 4k keys, it spills 32 bytes): first, +9% at
+      16k (bench/RESULTS.md run 15, call 2).
     - D = Dv = 128 without a mask, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes, BN = 64 with
       3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys). Not timed."""
     if spec.is_decode or spec.windowed or spec.mask_mod is not None or score_mods(spec) or spec.seqlen_q <= 1024:

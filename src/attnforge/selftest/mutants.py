@@ -23,8 +23,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "decode": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="bf16", seqlen_q=1, seqlen_k=256), "h100"),  # packed GQA (G = 2)
     # speculative decoding: Sq = 4 queries of G = 2 heads packed per K/V head, causal, ALiBi per packed row
     "speculative": (AttentionSpec(heads=4, kv_heads=2, head_dim=32, dtype="fp16", seqlen_q=4, seqlen_k=200, causal=True, alibi_slopes="auto"), "a100"),
-    # the gluon backend's Hopper form (ping-pong warpgroups, the overlapped softmax), for GLUON_MUTANTS; long enough
-    # (8k keys) that the planner launches one program per work tile
+    # the gluon backend's Hopper form (two ping-pong warpgroups, the overlapped softmax: SPEC_PLAN, the planner's second
+    # candidate here since run 15 made three warpgroups its first), for GLUON_MUTANTS; long enough (8k keys) that the
+    # planner launches one program per work tile
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same kernel persistent (1k keys: one program per SM walks the work tiles, the rings carried over), for GLUON_MUTANTS
     "hopper_persistent": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
@@ -39,8 +40,8 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # three compute warpgroups in ping-pong (BM = 192: the planner's choice at D = 64 without a mask past 1k query rows;
     # its tile loop written as two, unmasked then masked), for GLUON_MUTANTS
     "hopper_three_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=2048, seqlen_k=2048), "h200"),
-    # three warpgroups under the causal mask (the planner's last candidate past 4k keys, SPEC_PLAN: its Mask compares
-    # the keys' indices with each row's bound), for GLUON_MUTANTS
+    # three warpgroups under the causal mask (the planner's first choice past 4k keys: its Mask compares the keys'
+    # indices with each row's bound), for GLUON_MUTANTS
     "hopper_three_sets_causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
@@ -55,7 +56,7 @@ SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon"
 
 # A GLUON_MUTANTS base planned from the planner's first candidate with these parameters rather than its first choice
 # (one the tuner times, not generate's): gluon.gpucheck.base_kernel.
-SPEC_PLAN: dict[str, dict[str, int]] = {"hopper_three_sets_causal": {"BM": 192, "warps": 12}}
+SPEC_PLAN: dict[str, dict[str, int]] = {"hopper": {"BM": 128, "warps": 8}}
 
 
 @dataclass(frozen=True)
