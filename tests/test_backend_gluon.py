@@ -220,8 +220,8 @@ def test_three_warpgroups_are_the_first_choice_only_where_they_were_measured():
 def test_three_warpgroups_come_last_where_unmeasured_and_the_tuner_times_them_second():
     """D = 128 without a mask: two warpgroups first (three were not faster at 16k, run 15), three last (generate's
     fallbacks stay the measured ones); the tuner's order times the two counts head to head within --max-candidates 2, as
-    it does where three come first (causal D = 64 past 4k keys, D = 64 without a mask). Causal up to 4k keys (persistent)
-    and windowed, a three-warpgroup kernel spills: not offered."""
+    it does where three come first (causal D = 64 past 4k keys, D = 64 without a mask). Causal D = 64 up to 4k keys: three
+    last, one program per work tile (persistent, it spills 32 bytes). Windowed, a three-warpgroup kernel spills: not offered."""
     from attnforge.plan.hopper import hopper_candidates
     from attnforge.tune.search import hopper_neighbours, hopper_order
 
@@ -233,7 +233,10 @@ def test_three_warpgroups_come_last_where_unmeasured_and_the_tuner_times_them_se
     assert causal[0] == {**causal[1], "BM": 192, "warps": 12} and all(p["BM"] == 128 for p in causal[1:])  # first; the fallbacks two warpgroups
     assert [p["BM"] for p in hopper_order(causal)[:2]] == [192, 128] and [p["BM"] for p in hopper_order(full)[:2]] == [192, 128]
     assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=1024)) and all(p["BM"] == 128 for p in planned(window_left=256, window_right=0))
-    assert all(p["BM"] == 128 for p in planned(causal=True, seqlen_q=4096, seqlen_k=4096))  # persistent there: BM = 192 spills 32 bytes
+    short = planned(causal=True, seqlen_q=4096, seqlen_k=4096)  # persistent at BM = 128; at BM = 192 that spills 32 bytes
+    assert short[0]["BM"] == 128 and short[0]["persistent"] == 1 and [p["BM"] for p in short].count(192) == 1
+    assert short[-1] == {k: v for k, v in {**short[0], "BM": 192, "warps": 12}.items() if k != "persistent"}
+    assert [p["BM"] for p in hopper_order(short)[:2]] == [128, 192]
     d128 = planned(head_dim=128)
     assert d128[-1] == {**d128[0], "BM": 192, "warps": 12, "BN": 64, "stages": 4} and all(p["BM"] == 128 for p in planned(head_dim=128, causal=True))
     spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", seqlen_q=4096, seqlen_k=4096)
@@ -258,23 +261,25 @@ def test_the_checker_budgets_a_compute_warpgroup_as_the_kernel_launches():
 
 
 @pytest.mark.parametrize("kw", [dict(dtype="fp16", head_dim=64, seqlen_q=4096), dict(head_dim=64, seqlen_q=4096),
-                                dict(head_dim=64, causal=True, seqlen_q=16384), dict(head_dim=128, seqlen_q=4096), dict(head_dim=128, seqlen_q=16384)],
-                         ids=["d64-fp16", "d64-bf16", "d64-causal-16k", "d128-4k", "d128-16k"])
+                                dict(head_dim=64, causal=True, seqlen_q=16384), dict(head_dim=64, causal=True, seqlen_q=4096),
+                                dict(head_dim=128, seqlen_q=4096), dict(head_dim=128, seqlen_q=16384)],
+                         ids=["d64-fp16", "d64-bf16", "d64-causal-16k", "d64-causal-4k", "d128-4k", "d128-16k"])
 def test_every_three_warpgroup_candidate_compiles_without_a_spill(kw, tmp_path):
     """The planner's three-warpgroup candidates (160 registers a thread) compile for sm_90a without a spill --
     compile_report refuses one, and the gate would fall back to two warpgroups, or the tuner skip it, unseen: the first
-    choice at D = 64 without a mask past 1k query rows, and the last candidates, causal at D = 64 past 4k keys (its Mask
-    compares the keys' indices with each row's bound, compute._keep's ``absolute``: the tile's key offsets compared with
-    the bound less j * BN stayed in registers across the loop and spilled 40 bytes) and at D = 128 without a mask (BN = 64,
-    4 slots; with O's staging tile up to 4k keys: 225 KiB). Their turns are three named barriers (13 to 15) of 256
-    threads; Q comes in three boxes."""
+    choice at D = 64 without a mask past 1k query rows and causal past 4k keys (its Mask compares the keys' indices with
+    each row's bound, compute._keep's ``absolute``: the tile's key offsets compared with the bound less j * BN stayed in
+    registers across the loop and spilled 40 bytes), and the last candidates: causal up to 4k keys (one program per work
+    tile; persistent, it spills 32 bytes) and D = 128 without a mask (BN = 64, 4 slots; with O's staging tile up to 4k
+    keys: 225 KiB). Their turns are three named barriers (13 to 15) of 256 threads; Q comes in three boxes."""
     from attnforge.backends.gluon import _import
     from attnforge.backends.gluon.compile import compile_for_target
     from attnforge.plan.hopper import hopper_plans
 
     spec = AttentionSpec(**{"heads": 4, "dtype": "bf16", **kw, "seqlen_k": kw["seqlen_q"]})
     plans = list(hopper_plans(spec, H200))
-    plan = plans[0] if spec.head_dim == 64 else plans[-1]
+    plan = next(p for p in plans if p.params["BM"] == 192)  # the first choice (D = 64, but causal up to 4k keys), else the last
+    assert plan is (plans[0] if spec.head_dim == 64 and not (spec.causal and spec.seqlen_k <= 4096) else plans[-1])
     assert (plan.params["BM"], plan.params["warps"]) == (192, 12)
     source = gluon.translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     assert "SETS = gl.constexpr(3)" in source and f"DESC_BLOCKS = {{'q': [1, 1, 64, {spec.head_dim}]" in source

@@ -107,7 +107,8 @@ def _three_warpgroups(spec: AttentionSpec) -> bool:
       5-19% slower.
     Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's
     kernel spills 16 bytes, a score_mod's 200)."""
-    return (spec.head_dim, spec.head_dim_v) == (64, 64) and _three_warpgroups_offer(spec) is not None
+    offer = _three_warpgroups_offer(spec)
+    return (spec.head_dim, spec.head_dim_v) == (64, 64) and offer is not None and "persistent" not in offer
 
 
 def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
@@ -117,15 +118,17 @@ def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
     was measured faster (``_three_warpgroups``), else last (generate's fallbacks stay the measured two-warpgroup ones),
     and the tuner times it second (``tune.search.hopper_order``), against two warpgroups:
     - D = Dv = 64 under the causal mask, past 4k keys (a program per work tile: its Mask compares the keys' indices with
-      each row's bound, compute._keep, and spills none; persistent, up to 4k keys, it spills 32 bytes): first, +9% at
-      16k (bench/RESULTS.md run 15, call 2).
+      each row's bound, compute._keep, and spills none): first, +9% at 16k (bench/RESULTS.md run 15, call 2). Up to 4k
+      keys, where the two-warpgroup kernel is persistent, one program per work tile (``persistent: 0``): persistent at
+      BM = 192 it spills 32 bytes, a program per work tile none (bench/gluon_spills.py, 4k x 4k). Not timed since that
+      Mask (run 14's kernel, 40 bytes spilled, was 4-5% slower at 4k).
     - D = Dv = 128 without a mask, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes, BN = 64 with
       3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys). Not timed."""
     if spec.is_decode or spec.windowed or spec.mask_mod is not None or score_mods(spec) or spec.seqlen_q <= 1024:
         return None
     dims = (spec.head_dim, spec.head_dim_v)
-    if dims == (64, 64) and not (spec.causal and _persistent(spec, 64, _o_through_q(spec))):
-        return {"BM": 192, "warps": 12}
+    if dims == (64, 64):
+        return {"BM": 192, "warps": 12, **({"persistent": 0} if spec.causal and _persistent(spec, 64, _o_through_q(spec)) else {})}
     if dims == (128, 128) and not spec.causal:
         return {"BM": 192, "warps": 12, "BN": 64, "stages": 4}
     return None
@@ -186,7 +189,8 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
     offer = _three_warpgroups_offer(spec) if target.cc[0] == 9 else None
-    three = Candidate({**first, **offer}, _hopper_reason(d, {**first, **offer})) if offer else None
+    three_params = {k: v for k, v in {**first, **offer}.items() if (k, v) != ("persistent", 0)} if offer else None
+    three = Candidate(three_params, _hopper_reason(d, three_params)) if three_params else None
     if three and _three_warpgroups(spec):  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
         out.insert(0, three)
         three = None
