@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -324,3 +325,28 @@ def test_auto_takes_the_tuning_databases_faster_backend_on_sm80(tmp_path, monkey
     backend, reason = choose_backend_and_reason("auto", spec, get_target("a100"))
     assert backend.name == chosen
     assert ("tuning database's fastest" in reason) == (cuda_shape.startswith("B=16") and cuda_device == "NVIDIA A100")
+
+
+def test_the_gpu_mutant_check_builds_before_the_child_and_its_deadline(monkeypatch, tmp_path):
+    """The CUDA GPU check builds each mutant here (nvcc, cached by content) before the child that verifies it starts, so
+    that the child's deadline times verification, not nvcc on a loaded machine (run 15: a fixed deadline that also took
+    in a build took slow builds for hangs). The child is stubbed: it only looks whether the cubin is already there."""
+    import argparse
+    import types
+
+    from attnforge.backends.cuda import gpucheck
+    from attnforge.backends.cuda.compile import compile_cubin
+    from attnforge.selftest import child, mutants
+
+    (first,) = [m for m in mutants.CUDA_MUTANTS if m.name == "cuda_cp_async_wait_missing"]
+    monkeypatch.setattr(mutants, "CUDA_MUTANTS", (first,))
+    monkeypatch.setattr(gpucheck.torch, "cuda", types.SimpleNamespace(get_device_capability=lambda *a: (9, 0)))
+    seen = []
+
+    def child_stub(module, path, spec_key, params, deadline_s, extra=()):
+        seen.append(compile_cubin(Path(path).read_text(), "sm_90", "native")[3])  # (cubin, ptx, seconds, cached)
+        return False, True, "FAILED (stub)"
+
+    monkeypatch.setattr(child, "verify_in_child", child_stub)
+    rows = gpucheck.phase_mutants(argparse.Namespace(target="h200"), tmp_path, 0.0)
+    assert seen == [True] and rows[0]["killed_by_gpu"] and rows[0]["mutant"] == first.name

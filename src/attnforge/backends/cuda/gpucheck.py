@@ -26,9 +26,9 @@ from ...spec import AttentionSpec
 from ...targets import get_target
 from ...verify import CaseShape, verification_shapes, verify
 from ...compile_report import check_fits
-from ...errors import DoesNotFitError
+from ...errors import CompileError, DoesNotFitError
 from . import CudaBackend
-from .compile import compile_for_target
+from .compile import arch_of, compile_cubin, compile_for_target
 from .kernel import CudaKernel
 
 VARIANTS = [
@@ -64,7 +64,7 @@ TIMING = [  # (dtype, D, causal, B, Hq, Hkv, Sq, Sk): the forward rows of bench/
     ("bf16", 128, True, 4, 32, 8, 4096, 4096),
 ]
 BE = CudaBackend()
-MUTANT_DEADLINE_S = 120.0  # nvcc, then verification; a mutant past it hangs
+MUTANT_DEADLINE_S = 120.0  # verification (nvcc has run before the child starts); a mutant past it hangs
 
 
 def build(spec: AttentionSpec, target_name: str, out: Path, tag: str) -> tuple[Path, dict, list]:
@@ -261,6 +261,10 @@ def phase_mutants(args, out: Path, deadline: float) -> list[dict]:
         # the GPU verdict without the lint: the mutant compiled as written, verified in a process of its own
         os.environ["ATTNFORGE_CUDA_NO_LINT"] = "1"
         try:
+            try:  # nvcc here first (compile_cubin caches by content), so that the child's deadline is its verification's
+                compile_cubin(text, arch_of(torch.cuda.get_device_capability()), "native")
+            except CompileError:
+                pass  # the child meets the same error, and reports it as never judged
             passed, killed_gpu, detail = verify_in_child("attnforge.backends.cuda.gpucheck", mpath, mutant.spec, params, MUTANT_DEADLINE_S,
                                                          ("--target", args.target))
         finally:
