@@ -1127,10 +1127,41 @@ def test_the_spill_tool_compiles_variants_and_names_a_refused_one(tmp_path):
 
 
 def test_a_mutant_is_taken_as_hung_only_well_past_its_controls_time():
-    """The GPU check's hang rule: a multiple of the control's seconds (a slow build is not a hang), never under the floor,
-    and the control's own deadline where no control time is known."""
-    from attnforge.backends.gluon.gpucheck import CONTROL_DEADLINE_S, MUTANT_DEADLINE_S, mutant_deadline
+    """The GPU check's hang rule: a multiple of the control's seconds (a slow build is not a hang), never under the floor."""
+    from attnforge.backends.gluon.gpucheck import MUTANT_DEADLINE_S, mutant_deadline
 
     assert mutant_deadline(38.0) == pytest.approx(95.0)
     assert mutant_deadline(5.0) == MUTANT_DEADLINE_S
-    assert mutant_deadline(None) == CONTROL_DEADLINE_S
+
+
+def test_a_tuning_entry_is_offered_only_where_the_planner_offers_its_tile(tmp_path, monkeypatch):
+    """The database buckets by the longer of Sq and Sk, so run 15's causal 16k entry (BM = 192 over three warpgroups) also
+    meets 512 queries against 16k keys, where the planner offers no 192-row tile: there the planner's own choice stands."""
+    from attnforge.generate import tuned_candidate
+    from attnforge.tune import database
+
+    monkeypatch.setenv("ATTNFORGE_TUNING", str(tmp_path / "tuning.json"))
+    params = dict(BM=192, BN=128, warps=12, stages=3, pingpong=1, overlap=1, ostage=1)
+    long = AttentionSpec(heads=4, head_dim=64, dtype="bf16", causal=True, seqlen_q=16384, seqlen_k=16384)
+    database.record(database.Entry(target="h200", backend="gluon", spec=database.spec_key(long), seq=database.seq_bucket(long), params=params,
+                                   ms=1.0, planner_ms=1.1, device="NVIDIA H200", shape="test", measured="test", kind="prefill"))
+    assert tuned_candidate(long, H200, "gluon").params == params
+    short_q = AttentionSpec(heads=4, head_dim=64, dtype="bf16", causal=True, seqlen_q=512, seqlen_k=16384)
+    assert database.seq_bucket(short_q) == database.seq_bucket(long) and tuned_candidate(short_q, H200, "gluon") is None
+    assert next(hopper_plans(short_q, H200)).params["BM"] == 128
+
+
+def test_a_gpu_mutant_whose_control_fails_is_not_judged(tmp_path, monkeypatch):
+    """A failed control means a broken base: its mutants are not run (a kill would say nothing) and count as not as expected."""
+    import types
+
+    from attnforge.backends.gluon import gpucheck
+    from attnforge.selftest import child
+
+    monkeypatch.setattr(child, "verify_in_child", lambda *a, **k: (False, True, "FAILED (stub)"))
+    import torch
+
+    monkeypatch.setattr(torch, "cuda", types.SimpleNamespace(get_device_capability=lambda *a: (9, 0)))
+    rows = gpucheck.phase_mutants(tmp_path, only={"gluon_three_sets_q_boxes_at_one_row"})
+    assert [(r["name"], r["as_expected"]) for r in rows] == [("control-hopper_three_sets", False), ("gluon_three_sets_q_boxes_at_one_row", False)]
+    assert rows[1]["detail"] == "not judged: its control failed"

@@ -26,3 +26,14 @@ def test_the_suite_covers_the_kinds_of_bug_the_gate_must_see():
                    "hopper_k_wait_dropped", "hopper_free_wait_wrong_phase", "hopper_v_stage_wrong", "hopper_slot_released_early"):
         assert needed in names
     assert {m.where for m in MUTANTS} == {"tl", "kernel", "model"}
+
+
+def test_a_selftest_base_follows_its_spec_plan():
+    """SPEC_PLAN's parameters decide the selftest's base as they do the GPU check's (the 'hopper' spec: the two-warpgroup
+    kernel, no longer the planner's first choice there), so its TL mutants keep the kernel they were written for."""
+    from attnforge.selftest.mutants import SPEC_PLAN
+    from attnforge.selftest.run import _planned
+
+    assert _planned("causal") is True
+    chosen = _planned("hopper")
+    assert all(chosen.params[k] == v for k, v in SPEC_PLAN["hopper"].items()) and {"BN", "stages"} <= set(chosen.params)

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import outdir
-from .backends import Backend, Translation, choose_backend_and_reason
+from .backends import Backend, Translation, choose_backend_and_reason, get_backend
 from .compile_report import CompileReport, check_fits
 from .errors import AttnforgeError, DoesNotFitError, OutputError
 from .judge import JudgeError, interpret_against_spec, interpret_shapes
 from .plan import BuiltinPlanner, GivenPlanner, Plan
-from .plan.builtin import Candidate
+from .plan.builtin import Candidate, packs_gqa
 from .report import KERNEL_TL, write_reports
 from .spec import AttentionSpec
 from .targets import Target
@@ -138,9 +138,20 @@ def generate(
 
 
 def tuned_candidate(spec: AttentionSpec, target: Target, backend: str) -> Candidate | None:
-    """The tuning database's parameters for this spec, target and backend, as a plan candidate."""
+    """The tuning database's parameters for this spec, target and backend, as a plan candidate. None for a Hopper-form
+    prefill entry whose tile (BM, warps) the planner does not offer this spec: the entry's bucket is keyed by the longer
+    of Sq and Sk, so an entry timed at 16k x 16k also meets Sq = 512 against 16k keys, where three warpgroups' 192 rows
+    are not offered (``plan.hopper.offers_tile``)."""
     entry = tuning.lookup(spec, target.name, backend)
-    return None if entry is None else Candidate(dict(entry.params), tuning.describe(entry), tuning.kind_of(entry))
+    if entry is None:
+        return None
+    candidate = Candidate(dict(entry.params), tuning.describe(entry), tuning.kind_of(entry))
+    if candidate.kind == "prefill" and get_backend(backend).tl_form == "hopper" and not (spec.is_decode or packs_gqa(spec)):
+        from .plan.hopper import offers_tile
+
+        if not offers_tile(spec, target, candidate.params):
+            return None
+    return candidate
 
 
 class _Pipeline:

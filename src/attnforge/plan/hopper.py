@@ -103,8 +103,8 @@ def _three_warpgroups(spec: AttentionSpec) -> bool:
       and kept three;
     - causal past 4k keys (run 15 call 2, the tuner head to head at 16k: 2.294 against 2.500 ms fp16, 2.236 against
       2.443 bf16, +9% each, the kernel whose Mask compares the keys' indices and spills none); causal up to 4k keys,
-      where the kernel is persistent (and spills 32 bytes at BM = 192), keeps two: run 14's causal 1k and 4k were
-      5-19% slower.
+      where the kernel is persistent (and spills 32 bytes at BM = 192), keeps two: at 4k x 4k run 14's causal
+      three-warpgroup kernels (which spilled 40 bytes) were 8-11% slower persistent, 4-5% a program per work tile.
     Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's
     kernel spills 16 bytes, a score_mod's 200)."""
     offer = _three_warpgroups_offer(spec)
@@ -121,7 +121,7 @@ def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
       each row's bound, compute._keep, and spills none): first, +9% at 16k (bench/RESULTS.md run 15, call 2). Up to 4k
       keys, where the two-warpgroup kernel is persistent, one program per work tile (``persistent: 0``): persistent at
       BM = 192 it spills 32 bytes, a program per work tile none (bench/gluon_spills.py, 4k x 4k). Not timed since that
-      Mask (run 14's kernel, 40 bytes spilled, was 4-5% slower at 4k).
+      Mask (run 14's, spilling 40 bytes, was 4-5% slower at 4k x 4k).
     - D = Dv = 128 without a mask, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes, BN = 64 with
       3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys). Not timed."""
     if spec.is_decode or spec.windowed or spec.mask_mod is not None or score_mods(spec) or spec.seqlen_q <= 1024:
@@ -190,7 +190,10 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     out = [Candidate(first, why)]
     offer = _three_warpgroups_offer(spec) if target.cc[0] == 9 else None
     three_params = {k: v for k, v in {**first, **offer}.items() if (k, v) != ("persistent", 0)} if offer else None
-    three = Candidate(three_params, _hopper_reason(d, three_params)) if three_params else None
+    three = None
+    if three_params:
+        dropped = first.get("persistent") and not three_params.get("persistent")  # (causal up to 4k keys: persistent, it spills)
+        three = Candidate(three_params, _hopper_reason(d, three_params) + (", one program per work tile" if dropped else ""))
     if three and _three_warpgroups(spec):  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
         out.insert(0, three)
         three = None
@@ -370,6 +373,12 @@ def hopper_decode_source(spec: AttentionSpec, target: Target, params: dict[str, 
              *_load_role(layout.lo, layout.hi, q_async=False, k_apart=False),
              "", *combine_kernel(spec, target, params, layout)]
     return "\n".join(lines) + "\n"
+
+
+def offers_tile(spec: AttentionSpec, target: Target, params: dict[str, int]) -> bool:
+    """Whether the planner offers ``spec`` a prefill candidate of the row tile and warps of ``params`` (the tuner's
+    neighbours keep both, so an entry of the tuning database has a pair the planner offered the shape it was timed on)."""
+    return any((c.params["BM"], c.params["warps"]) == (params.get("BM"), params.get("warps")) for c in hopper_candidates(spec, target))
 
 
 def hopper_plans(spec: AttentionSpec, target: Target, prefer: Candidate | None = None) -> Iterator[Plan]:

@@ -54,8 +54,8 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # their control.
 SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
-# A GLUON_MUTANTS base planned from the planner's first candidate with these parameters rather than its first choice
-# (one the tuner times, not generate's): gluon.gpucheck.base_kernel.
+# A base planned from the planner's first candidate with these parameters rather than its first choice (one generate
+# falls back to, or the tuner times): gluon.gpucheck.base_kernel for GLUON_MUTANTS, selftest.run._base for the TL ones.
 SPEC_PLAN: dict[str, dict[str, int]] = {"hopper": {"BM": 128, "warps": 8}}
 
 

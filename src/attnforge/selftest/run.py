@@ -25,9 +25,10 @@ from ..errors import AttnforgeError
 from ..generate import generate
 from ..gate import verify_directory
 from ..report import KERNEL_TL
+from ..plan.builtin import Candidate
 from ..targets import get_target
 from .model_style import model_style
-from .mutants import MUTANTS, SPEC_BACKENDS, SPECS, Mutant
+from .mutants import MUTANTS, SPEC_BACKENDS, SPEC_PLAN, SPECS, Mutant
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,24 @@ def _native_only(key: str, interpret: bool | None) -> bool:
 def _base(root: Path, key: str, interpret: bool | None) -> Path:
     spec, target = SPECS[key]
     out = root / f"base-{key}"
-    result = generate(spec, get_target(target), out, backend=SPEC_BACKENDS.get(key, "auto"), run_verification=False, interpret=interpret)
+    result = generate(spec, get_target(target), out, backend=SPEC_BACKENDS.get(key, "auto"), run_verification=False, interpret=interpret,
+                      tuned=_planned(key))
     if not result.ok:
         raise AttnforgeError(f"selftest: the unmutated {key} kernel does not generate: {result.error}", where=f"selftest base {key}",
                              hint="fix the pipeline before trusting any mutant")
     return out
+
+
+def _planned(key: str) -> bool | Candidate:
+    """What generate offers first for a spec's base: its SPEC_PLAN candidate (the planner's first with those parameters,
+    as the GPU check's base, gluon.gpucheck.base_kernel), else the tuning database's (True)."""
+    want = SPEC_PLAN.get(key)
+    if not want:
+        return True
+    from ..plan.hopper import hopper_candidates
+
+    spec, target = SPECS[key]
+    return next(c for c in hopper_candidates(spec, get_target(target)) if all(c.params.get(k) == v for k, v in want.items()))
 
 
 def _model_base(root: Path, key: str, base: Path) -> Path:

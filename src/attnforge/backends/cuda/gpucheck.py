@@ -26,7 +26,7 @@ from ...spec import AttentionSpec
 from ...targets import get_target
 from ...verify import CaseShape, verification_shapes, verify
 from ...compile_report import check_fits
-from ...errors import CompileError, DoesNotFitError
+from ...errors import AttnforgeError, DoesNotFitError
 from . import CudaBackend
 from .compile import arch_of, compile_cubin, compile_for_target
 from .kernel import CudaKernel
@@ -262,8 +262,8 @@ def phase_mutants(args, out: Path, deadline: float) -> list[dict]:
         os.environ["ATTNFORGE_CUDA_NO_LINT"] = "1"
         try:
             try:  # nvcc here first (compile_cubin caches by content), so that the child's deadline is its verification's
-                compile_cubin(text, arch_of(torch.cuda.get_device_capability()), "native")
-            except CompileError:
+                compile_cubin(text, arch_of(torch.cuda.get_device_capability()), os.environ.get("ATTNFORGE_CUDA_PATH", "native"))
+            except (AttnforgeError, OSError):
                 pass  # the child meets the same error, and reports it as never judged
             passed, killed_gpu, detail = verify_in_child("attnforge.backends.cuda.gpucheck", mpath, mutant.spec, params, MUTANT_DEADLINE_S,
                                                          ("--target", args.target))

@@ -113,7 +113,11 @@ def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
     for name, key, path in jobs:
         start = time.time()
         is_control = name.startswith("control-")
-        deadline = CONTROL_DEADLINE_S if is_control else mutant_deadline(control_s.get(key))
+        if not is_control and key not in control_s:  # its base failed: a kill would say nothing of the mutant
+            rows.append(dict(name=name, control=False, passed_verification=False, as_expected=False, detail="not judged: its control failed", seconds=0.0))
+            print(f"{name:32s} mutant   NOT JUDGED (its control failed)", flush=True)
+            continue
+        deadline = CONTROL_DEADLINE_S if is_control else mutant_deadline(control_s[key])
         # a fresh Triton cache: the control's time includes its compile, as each mutant's does (run 15 call 4: a control
         # cached from an earlier call took 6 s, its mutant, built anew, 39 s to fail)
         cache = out / "triton-cache" / name
@@ -130,11 +134,9 @@ def phase_mutants(out: Path, only: set[str] | None = None) -> list[dict]:
     return rows
 
 
-def mutant_deadline(control_seconds: float | None) -> float:
+def mutant_deadline(control_seconds: float) -> float:
     """Seconds a mutant's child may take before it counts as hung: DEADLINE_PER_CONTROL times its control's
-    (compile and verification alike), at least MUTANT_DEADLINE_S; the control's own deadline where it did not pass."""
-    if control_seconds is None:
-        return CONTROL_DEADLINE_S
+    (compile and verification alike), at least MUTANT_DEADLINE_S. (A mutant whose control failed is not run.)"""
     return max(MUTANT_DEADLINE_S, DEADLINE_PER_CONTROL * control_seconds)
 
 
