@@ -145,7 +145,8 @@ def record(entry: Entry, path: Path | None = None) -> Path:
 
 def describe(entry: Entry) -> str:
     """One line for a plan's reasons and a report."""
-    gain = f", {entry.planner_ms / entry.ms:.2f}x the planner's first choice" if entry.planner_ms else ""
+    # (the planner's first choice when the entry was timed: a later planner may have taken the entry's own parameters first)
+    gain = f", {entry.planner_ms / entry.ms:.2f}x the planner's first choice of that run" if entry.planner_ms else ""
     return (f"tuned: fastest of {entry.tried} verified-or-rejected candidates on {entry.device} for lengths {entry.seq} "
             f"({entry.ms:.3f} ms on {entry.shape}{gain}; {entry.measured})")
 
