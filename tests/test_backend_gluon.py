@@ -683,6 +683,17 @@ def test_a_packed_decode_bound_of_the_head_stays_as_written():
     assert _matches_reference(*_run_scores(source, spec, sq=1, sk=1000, nsplit=3))
 
 
+def _base_source(key: str) -> str:
+    """The Gluon module of a GLUON_MUTANTS spec's base, as the GPU check builds it (gpucheck.base_kernel): the plan of its
+    SPEC_PLAN parameters (``mutants.base_params``), else the planner's first."""
+    from attnforge.selftest.mutants import SPECS, base_params
+
+    spec, _ = SPECS[key]
+    want = base_params(key)
+    plan = next(p for p in hopper_plans(spec, H200) if want is None or p.params == want)
+    return gluon.translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+
+
 def _matches_reference(o, lse, ref_o, ref_lse) -> bool:
     seen = np.isfinite(ref_lse)
     return (np.array_equal(seen, np.isfinite(lse)) and bool(np.all(np.isfinite(o))) and np.max(np.abs(o - ref_o)) < 2e-3
@@ -694,13 +705,11 @@ def test_the_numpy_run_kills_the_planted_scores_bugs(name):
     """GLUON_MUTANTS' gluon_softmax_max_units_mixed (the code bec40cc emitted, which failed
     verification on the H200) and the causal key bound one late fail the numpy run of the scores
     function."""
-    from attnforge.selftest.mutants import GLUON_MUTANTS, SPEC_PLAN, SPECS
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
 
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
     spec, _ = SPECS[mutant.spec]
-    want = SPEC_PLAN.get(mutant.spec, {})  # the GPU check's base (gpucheck.base_kernel)
-    plan = next(p for p in hopper_plans(spec, H200) if all(p.params.get(k) == v for k, v in want.items()))
-    source = gluon.translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    source = _base_source(mutant.spec)
     assert _matches_reference(*_run_scores(source, spec, sq=150, sk=700))
     assert not _matches_reference(*_run_scores(mutant.apply(source), spec, sq=150, sk=700))
 
@@ -1035,13 +1044,11 @@ def test_the_last_split_merges_the_splits_as_the_planners_combine_does(spec):
 
 @pytest.mark.parametrize("name", ["gluon_decode_merge_rescale_dropped", "gluon_decode_merge_a_split_early", "gluon_decode_merge_counter_kept"])
 def test_the_numpy_merge_kills_the_planted_merge_bugs(name):
-    from attnforge.selftest.mutants import GLUON_MUTANTS, SPEC_PLAN, SPECS
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS
 
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
     spec, _ = SPECS[mutant.spec]
-    want = SPEC_PLAN.get(mutant.spec, {})  # the GPU check's base (gpucheck.base_kernel)
-    plan = next(p for p in hopper_plans(spec, H200) if all(p.params.get(k) == v for k, v in want.items()))
-    source = gluon.translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    source = _base_source(mutant.spec)
     assert all(_merged_alike(*r) for r in _run_merge(source, spec, 5))
     assert not all(_merged_alike(*r) for r in _run_merge(mutant.apply(source), spec, 5))
 

@@ -579,7 +579,7 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
     from attnforge.plan.hopper import _FIRST, hopper_candidates
 
     cands = hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)
-    # the two-warpgroup chain: a three-warpgroup candidate after it (plan/hopper._three_warpgroups_offer) is test_backend_gluon's
+    # the two-warpgroup chain: a three-warpgroup candidate after it (plan/hopper._three_warpgroups) is test_backend_gluon's
     cands = [c for i, c in enumerate(cands) if i == 0 or c.params["BM"] != 192]
     assert cands[0].params.get("ostage", 0) == ostage
     if ostage == 1 and kw["head_dim"] == 128:

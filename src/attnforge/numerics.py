@@ -50,8 +50,13 @@ def scale_hot_rows(q: Any) -> None:
         q[..., HOT_FIRST::HOT_EVERY, :] *= HOT_SCALE
         return
     lead = tuple(q.shape[:-2])
-    for i in range(HOT_FIRST, math.prod(lead), HOT_EVERY):
-        q[tuple(int(x) for x in np.unravel_index(i, lead))] *= HOT_SCALE  # one (batch, head) slice: a view, scaled in place
+    hot = np.unravel_index(np.arange(HOT_FIRST, math.prod(lead), HOT_EVERY), lead)  # the hot slices' (batch, head) indices
+    if isinstance(q, np.ndarray):  # one indexed multiply, written back in place (a strided view included)
+        q[hot] *= HOT_SCALE
+    else:
+        import torch
+
+        q[tuple(torch.as_tensor(i, device=q.device) for i in hot)] *= HOT_SCALE
 
 
 # ---------------------------------------------------------------- per-row bound on O

@@ -93,44 +93,37 @@ def _o_through_q(spec: AttentionSpec) -> bool:
     return spec.head_dim > 128 or spec.seqlen_k <= 4096
 
 
-def _three_warpgroups(spec: AttentionSpec) -> bool:
-    """Whether the sm_90 first choice takes three compute warpgroups in ping-pong (BM = 192, 12 warps; docs/TL.md
-    section 11.5) over two: at D = Dv = 64 without a window, a mask_mod or a score modifier, past 1k query rows, and
-    under the causal mask past 4k keys (``_three_warpgroups_offer``). Measured on the H200 against the two-warpgroup
-    kernels, each verified first:
-    - no mask (bench/RESULTS.md 2026-12-03 run 14, call 2): 4k full +11% / +14% (bf16 / fp16), 16k full +13-15%; 1k full
-      -2% (that kernel spilled 8 bytes; the one written now spills none). Run 15 call 2: the tuner timed both at 4k full
-      and kept three;
-    - causal past 4k keys (run 15 call 2, the tuner head to head at 16k: 2.294 against 2.500 ms fp16, 2.236 against
-      2.443 bf16, +9% each, the kernel whose Mask compares the keys' indices and spills none); causal up to 4k keys,
-      where the kernel is persistent (and spills 32 bytes at BM = 192), keeps two: at 4k x 4k run 14's causal
-      three-warpgroup kernels (which spilled 40 bytes) were 8-11% slower persistent, 4-5% a program per work tile.
-    Not measured under a window, a mask_mod or a score modifier (softcap, ALiBi, score_mod: at 160 registers softcap's
-    kernel spills 16 bytes, a score_mod's 200)."""
-    offer = _three_warpgroups_offer(spec)
-    return (spec.head_dim, spec.head_dim_v) == (64, 64) and offer is not None and "persistent" not in offer
-
-
-def _three_warpgroups_offer(spec: AttentionSpec) -> dict[str, int] | None:
-    """What the three-warpgroup candidate (BM = 192, 12 warps) changes in the two-warpgroup first choice, where one
-    compiles for sm_90a without a spill at 160 registers a thread and may pay (past 1k query rows, no score modifier, no
-    window or mask_mod: a window's two bounds a row spill 112 bytes at D = 64); None elsewhere. It comes first where it
-    was measured faster (``_three_warpgroups``), else last (generate's fallbacks stay the measured two-warpgroup ones),
-    and the tuner times it second (``tune.search.hopper_order``), against two warpgroups:
-    - D = Dv = 64 under the causal mask, past 4k keys (a program per work tile: its Mask compares the keys' indices with
-      each row's bound, compute._keep, and spills none): first, +9% at 16k (bench/RESULTS.md run 15, call 2). Up to 4k
-      keys, where the two-warpgroup kernel is persistent, one program per work tile (``persistent: 0``): persistent at
-      BM = 192 it spills 32 bytes, a program per work tile none (bench/gluon_spills.py, 4k x 4k). Not timed since that
-      Mask (run 14's, spilling 40 bytes, was 4-5% slower at 4k x 4k).
-    - D = Dv = 128 without a mask, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes, BN = 64 with
-      3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys). Not timed."""
+def _three_warpgroups(spec: AttentionSpec, first: dict[str, int]) -> tuple[Candidate, bool] | None:
+    """The candidate of three compute warpgroups in ping-pong (BM = 192, 12 warps; docs/TL.md section 11.5) over the
+    two-warpgroup first choice ``first``, and whether it comes first, where one compiles for sm_90a without a spill at
+    160 registers a thread and may pay: past 1k query rows, without a window, a mask_mod or a score modifier (a
+    window's two bounds a row spill 112 bytes at D = 64; softcap's kernel 16, a score_mod's 200). None elsewhere. First
+    where it was measured faster, else last (generate's fallbacks stay the measured two-warpgroup ones); the tuner times
+    it second either way (``tune.search.hopper_order``), against two warpgroups. Measured on the H200, each kernel
+    verified first:
+    - D = Dv = 64 without a mask: first (bench/RESULTS.md 2026-12-03 run 14, call 2: 4k full +11% / +14%, bf16 / fp16,
+      16k full +13-15%, 1k full -2% with a kernel that spilled 8 bytes; run 15 call 2: the tuner kept three at 4k full).
+    - D = Dv = 64 under the causal mask past 4k keys (a program per work tile; its Mask compares the keys' indices with
+      each row's bound, compute._keep, and spills none): first (run 15 call 2, head to head at 16k: 2.294 against
+      2.500 ms fp16, 2.236 against 2.443 bf16). Up to 4k keys, where the two-warpgroup kernel is persistent: last, one
+      program per work tile (persistent at BM = 192 it spills 32 bytes; bench/gluon_spills.py, 4k x 4k); not timed
+      since that Mask (run 14's three-warpgroup kernels at 4k x 4k, which spilled 40 bytes, were 8-11% slower
+      persistent, 4-5% a program per work tile).
+    - D = Dv = 128 without a mask: last, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes,
+      BN = 64 with 3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys); run 15
+      call 2: slower than two warpgroups at 4k (fp16) and 16k."""
     if spec.is_decode or spec.windowed or spec.mask_mod is not None or score_mods(spec) or spec.seqlen_q <= 1024:
         return None
-    dims = (spec.head_dim, spec.head_dim_v)
-    if dims == (64, 64):
-        return {"BM": 192, "warps": 12, **({"persistent": 0} if spec.causal and _persistent(spec, 64, _o_through_q(spec)) else {})}
-    if dims == (128, 128) and not spec.causal:
-        return {"BM": 192, "warps": 12, "BN": 64, "stages": 4}
+    d = max(spec.head_dim, spec.head_dim_v)
+    params = {**first, "BM": 192, "warps": 12}
+    if (spec.head_dim, spec.head_dim_v) == (64, 64):
+        if not (spec.causal and first.get("persistent")):
+            return Candidate(params, _hopper_reason(d, params)), True
+        params.pop("persistent")
+        return Candidate(params, _hopper_reason(d, params) + ", one program per work tile"), False
+    if (spec.head_dim, spec.head_dim_v) == (128, 128) and not spec.causal:
+        params.update(BN=64, stages=4)
+        return Candidate(params, _hopper_reason(d, params)), False
     return None
 
 
@@ -188,13 +181,8 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             first["ostage"] = 2
         why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
-    offer = _three_warpgroups_offer(spec) if target.cc[0] == 9 else None
-    three_params = {k: v for k, v in {**first, **offer}.items() if (k, v) != ("persistent", 0)} if offer else None
-    three = None
-    if three_params:
-        dropped = first.get("persistent") and not three_params.get("persistent")  # (causal up to 4k keys: persistent, it spills)
-        three = Candidate(three_params, _hopper_reason(d, three_params) + (", one program per work tile" if dropped else ""))
-    if three and _three_warpgroups(spec):  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
+    three, leads = (_three_warpgroups(spec, first) if target.cc[0] == 9 else None) or (None, False)
+    if leads:  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
         out.insert(0, three)
         three = None
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back

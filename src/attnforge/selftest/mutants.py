@@ -59,6 +59,19 @@ SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon"
 SPEC_PLAN: dict[str, dict[str, int]] = {"hopper": {"BM": 128, "warps": 8}}
 
 
+def base_params(key: str) -> dict[str, int] | None:
+    """All the parameters of a spec's SPEC_PLAN base: the planner's first Hopper-form candidate with SPEC_PLAN's; None
+    where the spec has no SPEC_PLAN (its base is generate's choice)."""
+    if key not in SPEC_PLAN:
+        return None
+    from ..plan.hopper import hopper_candidates
+    from ..targets import get_target
+
+    spec, target = SPECS[key]
+    want = SPEC_PLAN[key]
+    return next(c.params for c in hopper_candidates(spec, get_target(target)) if all(c.params.get(k) == v for k, v in want.items()))
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str

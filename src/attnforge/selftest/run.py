@@ -28,7 +28,7 @@ from ..report import KERNEL_TL
 from ..plan.builtin import Candidate
 from ..targets import get_target
 from .model_style import model_style
-from .mutants import MUTANTS, SPEC_BACKENDS, SPEC_PLAN, SPECS, Mutant
+from .mutants import MUTANTS, SPEC_BACKENDS, SPEC_PLAN, SPECS, Mutant, base_params
 
 
 @dataclass(frozen=True)
@@ -84,15 +84,10 @@ def _base(root: Path, key: str, interpret: bool | None) -> Path:
 
 
 def _planned(key: str) -> bool | Candidate:
-    """What generate offers first for a spec's base: its SPEC_PLAN candidate (the planner's first with those parameters,
-    as the GPU check's base, gluon.gpucheck.base_kernel), else the tuning database's (True)."""
-    want = SPEC_PLAN.get(key)
-    if not want:
-        return True
-    from ..plan.hopper import hopper_candidates
-
-    spec, target = SPECS[key]
-    return next(c for c in hopper_candidates(spec, get_target(target)) if all(c.params.get(k) == v for k, v in want.items()))
+    """What generate offers first for a spec's base: its SPEC_PLAN candidate (``mutants.base_params``, as the GPU check's
+    base, gluon.gpucheck.base_kernel), else the tuning database's (True)."""
+    params = base_params(key)
+    return True if params is None else Candidate(params, f"selftest base: SPEC_PLAN {SPEC_PLAN[key]}")
 
 
 def _model_base(root: Path, key: str, base: Path) -> Path:

@@ -34,11 +34,11 @@ AB_ROWS = (("bf16", 128, False), ("bf16", 128, True), ("bf16", 64, False))
 
 
 def base_kernel(key: str, out: Path, tag: str) -> tuple[Path, dict]:
-    """The base kernel of a GLUON_MUTANTS spec: generate's choice, or the first plan with the spec's SPEC_PLAN parameters."""
-    from ...selftest.mutants import SPEC_PLAN, SPECS
+    """The base kernel of a GLUON_MUTANTS spec: generate's choice, or the plan of its SPEC_PLAN base (``mutants.base_params``)."""
+    from ...selftest.mutants import SPECS, base_params
 
     spec, target_name = SPECS[key]
-    return _build(spec, out, tag, target_name, SPEC_PLAN.get(key, {}))
+    return _build(spec, out, tag, target_name, base_params(key))
 
 
 def _build(spec, out: Path, tag: str, target_name: str = "h200", want: dict[str, int] | None = None) -> tuple[Path, dict]:
