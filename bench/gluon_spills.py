@@ -2,8 +2,8 @@
 any machine, and print what each variant costs in registers: spill bytes, registers, shared memory.
 
 A Hopper-form kernel that spills is refused by the gate (compile_report), and the tuner never times it, so
-this is where a tile or schedule idea is tried first, without a GPU. Each variant is the planner's first
-plan for the spec with the given parameters put over it (``tl.harness.specialize``).
+this is where a tile or schedule idea is tried first, without a GPU. Each variant is the planner's program for the spec
+with the given parameters put over its first plan's (0 takes a switch out), as the checker admits it.
 
 Usage (from the repository root):
     PYTHONPATH=src python3 bench/gluon_spills.py --head-dim 64 --causal --seqlen-q 16384 '{}' '{"BM": 192, "warps": 12}'
@@ -27,7 +27,8 @@ def main() -> int:
     from attnforge.plan.hopper import hopper_plans
     from attnforge.spec import AttentionSpec
     from attnforge.targets import get_target
-    from attnforge.tl.harness import specialize
+    from attnforge.errors import TranslateError
+    from attnforge.plan.builtin import Candidate
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("variants", nargs="+", metavar="JSON", help="parameters over the planner's first plan, e.g. '{\"BM\": 192, \"warps\": 12}' ('{}': as planned)")
@@ -56,7 +57,11 @@ def main() -> int:
         folder = root / f"v{i}"
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            program = specialize(base.program, params=over)
+            params = {k: v for k, v in {**base.params, **over}.items() if v != 0}  # (0 takes a switch out)
+            plan = next(hopper_plans(spec, target, prefer=Candidate(params, "asked for")))
+            if plan.params != params:
+                raise TranslateError(f"the checker refused {params}; the planner's next candidate is {plan.params}")
+            program = plan.program
             source = gluon.translate(program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
             (folder / "kernel.py").write_text(source)
             report = compile_for_target(_import(folder / "kernel.py"), target, folder / "build")

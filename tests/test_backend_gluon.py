@@ -167,8 +167,9 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_persistent", "hopper_o_via_q", "hopper_alibi",
-                            "hopper_decode", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_persistent", "hopper_chain", "hopper_o_via_q",
+                            "hopper_alibi", "hopper_decode", "blackwell"}
+    assert "q_n = Qs.index(((tiles + 1) % 2) * SETS + WG)" in sources["hopper_chain"]  # the planner's chain = 1
     assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
     assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"] and "SETS = gl.constexpr(3)" in sources["hopper_three_sets_causal"]
     for m in GLUON_MUTANTS:
@@ -382,6 +383,9 @@ def test_a_staging_tile_refused_for_shared_memory_rules_out_only_kernels_that_ho
     assert _pruned({**first, "ostage": 1, "persistent": 1}, by)
     assert not _pruned({**first, "ostage": 2}, by) and not _pruned(first, by) and not _pruned({**first, "stages": 4}, by)
     assert _pruned({**first, "stages": 4}, [("shared", first)])
+    chained = {**first, "persistent": 1, "ostage": 1, "chain": 1}  # chain's second Q tile, likewise
+    assert not _pruned({**chained, "chain": 0}, [("shared", chained)]) and _pruned({**chained, "stages": 4}, [("shared", chained)])
+    assert not _pruned({**chained, "chain": 0}, [("spills", chained)], budget_by_warps=True)  # (at D = 128 only the chained one spilled)
 
 
 def test_a_three_warpgroup_spill_rules_out_no_two_warpgroup_kernel():

@@ -102,12 +102,14 @@ class _Recorder:
 
     # wgmma
     def warpgroup_mma(self, a, b, acc, **k):
+        if isinstance(a, _Slot) and a.ring == "Qs":  # a QK^T GEMM: which slot of Qs it reads
+            self.events.append(("qread", a.slot))
         self.events.append(("gemm", b.ring, b.slot))
         return ANY
 
     def warpgroup_mma_wait(self, n, deps=()):
         self.events.append(("mma_wait", int(n)))
-        return ANY, ANY, ANY
+        return (ANY,) * len(deps)  # (as Gluon: the deps, each made ready)
 
     # the ping-pong turn (a named barrier per warpgroup): taken by this warpgroup, passed to the next of ``sets``
     def take_turn(self, wg):
@@ -168,7 +170,7 @@ def _roles(source: str, pid: int, programs: int):
              "warpgroup_mma": rec.warpgroup_mma, "warpgroup_mma_wait": rec.warpgroup_mma_wait, "fence_async_shared": lambda: None}
     for line in re.findall(r"^\w+ = gl\.constexpr\(.*\)$", source, re.M):
         exec(line, names)
-    for block in re.findall(r"^def (?:floordiv|floormod|_compute|_load)\(.*?(?=^@|^def |\Z)", text, re.M | re.S):
+    for block in re.findall(r"^def (?:floordiv|floormod|_work_tile|_compute|_load)\(.*?(?=^@|^def |\Z)", text, re.M | re.S):
         exec(block, names)
     names.update(_scores=rec.scores, _take_turn=rec.take_turn, _pass_turn=rec.pass_turn)
     return names["_load"], names["_compute"], rec
@@ -226,10 +228,12 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
             if e[0] == "copy":
                 _, ring, slot, coord, bar, bar_slot = e
                 fills[(ring, slot)].append(coord)
-                if ring == "Qs" and slot not in (None, 0):  # ping-pong: a box per warpgroup set, slot w its rows of the last tile's
-                    sets = len(roles) - 1
-                    assert coord[:2] + (coord[2] - slot * (bm // sets),) == q_tiles[-1][1:] + (q_tiles[-1][0] * bm,), (
-                        f"program {pid}: Q's box into slot {slot} at {coord}, not rows {slot} * {bm // sets} on of work tile {q_tiles[-1]}")
+                sets = len(roles) - 1
+                if ring == "Qs" and slot is not None and slot % sets:  # ping-pong: a box per warpgroup set, slot w (of a
+                    # parity's sets, chained) its rows of the last tile's
+                    w = slot % sets
+                    assert coord[:2] + (coord[2] - w * (bm // sets),) == q_tiles[-1][1:] + (q_tiles[-1][0] * bm,), (
+                        f"program {pid}: Q's box into slot {slot} at {coord}, not rows {w} * {bm // sets} on of work tile {q_tiles[-1]}")
                 elif ring == "Qs":
                     q_tiles.append((coord[2] // bm, coord[0], coord[1]))
             elif e[0] == "wait":  # the load warp waits on freeing barriers only: the n-th on phase (n + 1) % 2
@@ -242,6 +246,7 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                 continue
             used: dict[tuple[str, int | None], int] = defaultdict(int)
             tile, pending = None, []
+            q_slot, q_reads = None, defaultdict(list)  # the slot of Qs the last QK^T GEMM read; slot -> the work tiles read from it
             tiles_done, count = [], defaultdict(int)
             for e in events:
                 if e[0] == "wait":
@@ -257,11 +262,20 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                     used[(ring, slot)] += 1
                     assert k < len(fills[(ring, slot)]), f"program {pid} {role}: reads {ring}[{slot}] a {k + 1}th time; the load filled it {len(fills[(ring, slot)])} times"
                     pending.append((ring, fills[(ring, slot)][k]))
+                elif e[0] == "qread":
+                    q_slot = e[1]
                 elif e[0] == "scores":
                     _, j, m, b, h = e
                     if tile != (m, b, h):
                         tile = (m, b, h)
                         tiles_done.append(tile)
+                    if not q_reads[q_slot] or q_reads[q_slot][-1] != tile:  # the slot's next fill must be this tile's Q
+                        q_reads[q_slot].append(tile)
+                    sets = len(roles) - 1
+                    fill = fills[("Qs", q_slot)][len(q_reads[q_slot]) - 1: len(q_reads[q_slot])]
+                    rows = m * bm + (int(role[-1]) if sets > 1 else 0) * (bm // sets)
+                    assert fill == [(b, h, rows, 0)], (f"program {pid} {role}: the scores of {tile} read Qs[{q_slot}], whose fill for them "
+                                                       f"is {fill}, not this warpgroup's rows of the tile's Q")
                     ks = [c for r, c in pending if r == "Ks"]
                     assert ks and ks[-1] == (b, h // group, j * bn, 0), f"program {pid} {role}: the scores of tile {j} of {tile} came from K at {ks[-1:]}"
                     pending = [(r, c) for r, c in pending if r != "Ks"]
@@ -293,7 +307,9 @@ def _check_progress(runs: dict) -> None:
         arrivals: dict[tuple[str, int | None], int] = defaultdict(int)  # (warpgroup 1 passes the first turn in its record)
         at = dict.fromkeys(roles, 0)
         waits_made: dict[tuple[str, str, int | None], int] = defaultdict(int)
-        fills: dict[tuple[str, int | None], int] = defaultdict(int)  # K/V ring slot -> copies into it so far
+        fills: dict[tuple[str, int | None], int] = defaultdict(int)  # ring slot (K, V, Q) -> copies into it so far
+        q_fill = {r: _q_fills_read(roles[r]) for r in computes}  # event index of a QK^T GEMM's read of Qs -> (slot, fill it must read)
+        q_parity = next((e[2] for r in computes for e in roles[r] if e[:2] == ("wait", "q_ready")), None)  # (chained: its index)
         in_flight: dict[str, list[tuple[str, int | None]]] = {r: [] for r in computes}  # GEMMs issued, not yet retired
         retired: dict[tuple[str, str, int | None], int] = defaultdict(int)  # (role, ring, slot) -> GEMM reads retired
         while True:
@@ -315,8 +331,18 @@ def _check_progress(runs: dict) -> None:
                         at[role] += 1
                         moved = True
                         break  # the others may move on this arrival before this role goes on
+                    elif e[0] == "qread" and at[role] in q_fill.get(role, {}):  # Q's fill for this tile copied, waited for, not yet overwritten
+                        slot, k = q_fill[role][at[role]]
+                        assert fills[("Qs", slot)] == k + 1, (
+                            f"program {pid}: {role}'s QK^T GEMM reads Qs[{slot}] for its fill #{k}, when {fills[('Qs', slot)]} copies have gone there")
+                        ready = None if q_parity is None or slot is None else slot // len(computes)  # (chained: a barrier per parity)
+                        assert waits_made[(role, "q_ready", ready)] >= k + 1, (
+                            f"program {pid}: {role}'s QK^T GEMM reads Qs[{slot}] for its fill #{k} after {waits_made[(role, 'q_ready', ready)]} "
+                            f"waits on q_ready[{ready}]")
                     elif e[0] == "copy":
                         ring, slot = e[1], e[2]
+                        if ring == "Qs":
+                            fills[(ring, slot)] += 1
                         if ring in ("Ks", "Vs"):
                             for reader in computes:
                                 assert retired[(reader, ring, slot)] >= fills[(ring, slot)], (
@@ -337,6 +363,21 @@ def _check_progress(runs: dict) -> None:
                 break
             blocked = {r: ev[at[r]] for r, ev in roles.items() if at[r] < len(ev)}
             assert moved, f"program {pid}: the roles deadlock, each waiting: {blocked}"
+
+
+def _q_fills_read(events: list[tuple]) -> dict[int, tuple[int | None, int]]:
+    """For each QK^T GEMM's read of Qs in a compute role's record (its event index), the slot and which of the slot's fills it
+    reads: the k-th work tile that reads a slot reads its k-th fill (the tile: that of the scores the GEMM feeds, the next
+    scores event)."""
+    out, tiles = {}, defaultdict(list)
+    for i, e in enumerate(events):
+        if e[0] != "qread":
+            continue
+        tile = next(x[2:] for x in events[i:] if x[0] == "scores")
+        if not tiles[e[1]] or tiles[e[1]][-1] != tile:
+            tiles[e[1]].append(tile)
+        out[i] = (e[1], len(tiles[e[1]]) - 1)
+    return out
 
 
 def _check_o_stores(pid: int, role: str, events: list[tuple], tiles: list[tuple[int, int, int]], bm: int, sets: int) -> None:
@@ -411,19 +452,141 @@ def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, prog
     _check_progress(runs)
 
 
+# chain = 1: where the translator takes it (persistent, overlap, ping-pong, no bound moving with the row tile, O not through Qs)
+CHAINED = {
+    "full-d64": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16"), dict(FIRST, stages=4, ostage=1)),
+    "full-d128": (SPECS["full-d128"][0], FIRST),
+    "d256-overlap": SPECS["d256-overlap"],
+    "alibi-softcap": (AttentionSpec(heads=4, kv_heads=1, head_dim=64, dtype="fp16", alibi_slopes="auto", softcap=20.0), FIRST),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(key=st.sampled_from(sorted(CHAINED)), B=st.integers(1, 3), Sq=st.integers(1, 700), Sk=st.integers(1, 900),
+       programs=st.integers(1, 7), ostage=st.sampled_from([0, 1]))
+def test_chained_programs_read_the_tiles_their_load_warp_copied(key, B, Sq, Sk, programs, ostage):
+    """``chain = 1``: the next work tile's first QK^T GEMM in the turn of this one's last PV GEMM, Q in a set of slots per
+    work tile's parity. Each warpgroup's scores read the Q and K its load warp copied for that work tile (``qread``: the
+    slot of Qs, whose fills for the tiles read from it go in order), and the roles played against each other run to the end."""
+    spec, params = CHAINED[key]
+    source = _source(spec, {**params, "persistent": 1, "chain": 1, **({"ostage": ostage} if ostage else {})})
+    assert "q_n = Qs.index(((tiles + 1) % 2) * SETS + WG)" in source
+    nm = -(-Sq // params["BM"])
+    runs = _run(source, spec, B, Sq, Sk, programs)
+    tiles = _check_protocol(runs, params["stages"], params["BM"], params["BN"], spec.heads // spec.kv_heads)
+    assert tiles == {(m, b, h) for m in range(nm) for b in range(B) for h in range(spec.heads)}
+    _check_progress(runs)
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(persistent=0), "without persistent = 1"), (dict(overlap=0), "without overlap = 1"), (dict(pingpong=0, warps=4), "pingpong = 1"),
+    (dict(ostage=2), "ostage = 2"),
+])
+def test_a_chain_the_translator_cannot_keep_is_refused(over, words):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
+    params = {k: v for k, v in {**FIRST, "persistent": 1, "chain": 1, **over}.items() if v}
+    with pytest.raises(TranslateError, match=words):
+        translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=64, head_dim_v=64)
+    causal = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True)
+    with pytest.raises(TranslateError, match="bounded by m"):
+        translate(parse(hopper_source(causal, H200, {**FIRST, "persistent": 1, "chain": 1}), file="kernel.tl"), head_dim=64, head_dim_v=64)
+    # the split between the unmasked and the masked loop moving with m, the loops' outer bounds not (review, stop 31)
+    text = hopper_source(causal, H200, {**FIRST, "persistent": 1, "chain": 1})
+    stop = "cdiv(max(0, min(Sk, (m + 1) * BM + Sk - Sq)), BN)"  # the masked loop's and the load loop's: every key from the split on
+    assert text.count(stop) == 2
+    text = text.replace(stop, "cdiv(Sk, BN)")
+    with pytest.raises(TranslateError, match="bounded by m"):
+        translate(parse(text, file="kernel.tl"), head_dim=64, head_dim_v=64)
+    three = {**SPECS["three-sets-overlap"][1], "persistent": 1, "chain": 1}  # (wrong output on the H200: review, stop 31)
+    with pytest.raises(TranslateError, match="3 compute warpgroups"):
+        translate(parse(hopper_source(SPECS["three-sets-overlap"][0], H200, three), file="kernel.tl"), head_dim=128, head_dim_v=128)
+
+
+def _chained_plants(source: str) -> dict[str, str]:
+    """Q's protocol in a chained kernel broken four ways (the review's plants, stop 31), each one edit."""
+    next_q = re.search(r"^ *mbarrier\.wait\(q_ready\.index\(\(tiles \+ 1\) % 2\).*\n", source, re.M).group(0)
+    both = "            S, acc, _, _, _, _ = warpgroup_mma_wait(0"
+    give_back = re.search(r"^ *mbarrier\.arrive\(q_free\.index\(tiles % 2\), count=1\).*\n", source, re.M).group(0)
+    loop = "        for j in range(lo, hi - 1):"
+    return {
+        "the next tile's Q not waited for": source.replace(next_q, ""),
+        "the next tile's Q waited for after its GEMM": source.replace(next_q, "").replace(both, next_q + both),
+        "Q's slots given back before the tile loop": source.replace(give_back, "").replace(loop, give_back + loop, 1),
+        "the load warp not waiting for Q's slots": re.sub(r"^ *mbarrier\.wait\(q_free\.index.*\n", "", source, flags=re.M),
+    }
+
+
+@pytest.mark.parametrize("plant", ["the next tile's Q not waited for", "the next tile's Q waited for after its GEMM",
+                                   "Q's slots given back before the tile loop", "the load warp not waiting for Q's slots"])
+def test_the_replay_catches_q_read_before_it_is_waited_for_or_after_it_is_overwritten(plant):
+    """Each QK^T GEMM's read of Qs must come after its fill's ``q_ready`` wait and before the slot's next fill: the replay
+    (copies landing at once, the load warp moving as soon as it may) sees a read early or late where a GPU run rarely does.
+    Short rows (one or two K/V tiles a work tile) let the load warp run ahead by several work tiles."""
+    spec, params = CHAINED["full-d64"]
+    source = _source(spec, {**params, "persistent": 1, "chain": 1})
+    text = _chained_plants(source)[plant]
+    assert text != source
+    _check_progress(_run(source, spec, 2, 1000, 130, 3))
+    with pytest.raises(AssertionError, match="reads Qs"):
+        _check_progress(_run(text, spec, 2, 1000, 130, 3))
+
+
+def test_a_chained_kernel_refuses_a_call_without_keys(tmp_path):
+    """Without K/V tiles a chained work tile leaves its Q barrier unwaited (``compute._chained_tiles``): the module's
+    launch refuses Sk = 0 before it builds a descriptor."""
+    import torch
+
+    from attnforge.backends.gluon import _import
+    from attnforge.errors import LaunchError
+
+    spec, params = CHAINED["full-d64"]
+    path = tmp_path / "k.py"
+    path.write_text(_source(spec, {**params, "persistent": 1, "chain": 1}))
+    q = torch.zeros(1, 4, 8, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 0, 64, dtype=torch.bfloat16)
+    o, lse = torch.zeros_like(q), torch.zeros(1, 4, 8)
+    with pytest.raises(LaunchError, match="no keys"):
+        _import(path).launch(q, k, k, o, lse, scale=0.125)
+
+
+def test_the_planner_offers_the_chained_d64_kernel_last():
+    """``chain = 1`` as the last candidate (measured no faster, bench/RESULTS.md run 16) where it compiles without a spill
+    (D = Dv = 64, two warpgroups, persistent, no mask): the first choice chained; not under a mask, at D = 128 (16 bytes
+    spilled), with three warpgroups, nor on sm_100. The checker counts Q's second set of slots."""
+    from attnforge.plan.hopper import hopper_candidates
+    from attnforge.tl.checker import check
+
+    def cands(target=H200, **kw):
+        return [c.params for c in hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), target)]
+
+    short = cands(head_dim=64, seqlen_q=1024, seqlen_k=1024)
+    assert short[-1] == {**short[0], "chain": 1} and all("chain" not in c for c in short[:-1])
+    assert all("chain" not in c for c in cands(head_dim=64, causal=True) + cands(head_dim=128) + cands(head_dim=64, window_left=64, window_right=0)
+               + cands(get_target("b200"), head_dim=64))
+    long = cands(head_dim=64, seqlen_q=4096, seqlen_k=4096)
+    assert long[0]["BM"] == 192 and long[-1] == {**long[1], "chain": 1}
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
+    sizes = [check(parse(hopper_source(spec, H200, p), file="kernel.tl"), H200, head_dim=64, head_dim_v=64).resources[0].smem_bytes
+             for p in (short[-1], short[0])]
+    assert sizes[0] - sizes[1] == 128 * 64 * 2  # Q's tile again: BM x D in bf16
+
+
 @pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup",
-                                  "gluon_three_sets_mask_a_tile_late", "gluon_three_sets_q_boxes_at_one_row"])
+                                  "gluon_three_sets_mask_a_tile_late", "gluon_three_sets_q_boxes_at_one_row",
+                                  "gluon_chain_next_q_from_this_tiles_slots", "gluon_chain_next_q_wait_a_phase_early"])
 def test_the_simulated_roles_kill_the_persistent_mutants(name):
-    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS
+    from attnforge.plan.builtin import Candidate
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS, base_params
 
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == name]
     spec, _ = MUTANT_SPECS[mutant.spec]
-    plan = next(hopper_plans(spec, H200))
+    base = base_params(mutant.spec)  # (the GPU check's base: SPEC_PLAN's candidate where the spec has one)
+    plan = next(hopper_plans(spec, H200, prefer=Candidate(base, "base") if base else None))
     assert plan.params.get("persistent") == 1
     source = translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
     bm, bn, stages = plan.params["BM"], plan.params["BN"], plan.params["stages"]
     _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
-    with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at|scored without the Mask|Q's box"):
+    with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at|scored without the Mask|Q's box|read Qs"):
         sk = 500 if mutant.spec == "hopper_three_sets" else 600  # (a partial tail tile: the tile past split)
         _check_protocol(_run(mutant.apply(source), spec, 2, 600, sk, 3), stages, bm, bn, spec.heads // spec.kv_heads)
 
@@ -581,6 +744,7 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
     cands = hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)
     # the two-warpgroup chain: a three-warpgroup candidate after it (plan/hopper._three_warpgroups) is test_backend_gluon's
     cands = [c for i, c in enumerate(cands) if i == 0 or c.params["BM"] != 192]
+    cands = [c for c in cands if not c.params.get("chain")]  # (the chained kernel last at D = 64: test_the_planner_offers_...)
     assert cands[0].params.get("ostage", 0) == ostage
     if ostage == 1 and kw["head_dim"] == 128:
         assert cands[0].params["stages"] == 2 and cands[1].params["stages"] == _FIRST[128]["stages"]

@@ -127,6 +127,18 @@ def _three_warpgroups(spec: AttentionSpec, first: dict[str, int]) -> tuple[Candi
     return None
 
 
+def _chained(spec: AttentionSpec, target: Target, first: dict[str, int]) -> bool:
+    """Whether the planner offers the first choice with its work tiles chained (``chain = 1``, docs/TL.md section 11.5:
+    the next work tile's first QK^T GEMM in the turn of this one's last PV GEMM, Q in a slot per tile parity), as its
+    last candidate: on sm_90, for the persistent two-warpgroup kernel at D = Dv = 64 without a mask (its tile loop's
+    bounds the same for every work tile). Compiled for sm_90a it spills nothing there (180 KiB of shared memory with the
+    4-slot ring and O's staging tile); at D = 128 it spilled 16 bytes (the translator takes two warpgroups only). Measured on
+    the H200 against the same kernel unchained (bench/RESULTS.md, 2026-12-03 run 16, each verified first): 0.996x fp16,
+    0.987x bf16 at 16 x 32 x 1k x 1k: the fixed cost of a work tile is not the tensor cores left idle between tiles."""
+    return (target.cc[0] == 9 and (spec.head_dim, spec.head_dim_v) == (64, 64) and not _masked(spec)
+            and first.get("persistent") == 1 and first.get("overlap") == 1 and first["warps"] == 8 and first.get("ostage") != 2)
+
+
 # sm_100 (compile-checked on the CPU, never timed: no Blackwell GPU at hand): the same tiles, the tile
 # loop as written (the wgmma schedules are not mapped to tcgen05). S and a 16-bit P live in tensor
 # memory; 4 warps hold a 128-column S tile plus O's rescale without spilling up to D = 64 (255
@@ -138,7 +150,7 @@ _FIRST_SM100 = {
 }
 
 
-HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "ostage", "occupancy"})
+HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "chain", "ostage", "occupancy"})
 
 
 def _hopper_reason(d: int, p: dict[str, int]) -> str:
@@ -150,6 +162,8 @@ def _hopper_reason(d: int, p: dict[str, int]) -> str:
         why += ", the next QK^T GEMM issued before the softmax"
     if p.get("persistent"):
         why += ", one program per SM walking the work tiles (the next tile's loads under this one's epilogue)"
+    if p.get("chain"):
+        why += ", the next work tile's first QK^T GEMM in the turn of this one's last PV GEMM (Q in a slot per tile parity)"
     if p.get("ostage") == 1:  # (at D = 128 the 2-slot ring gave its third slot to the staging tile)
         why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if d > 64 and p["stages"] == 2 else " beside the ring")
     elif p.get("ostage") == 2:
@@ -181,6 +195,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             first["ostage"] = 2
         why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
+    chained = {**first, "chain": 1} if _chained(spec, target, first) else None  # (last: measured no faster)
     three, leads = (_three_warpgroups(spec, first) if target.cc[0] == 9 else None) or (None, False)
     if leads:  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
         out.insert(0, three)
@@ -211,7 +226,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             p = {**p, "BN": p["BN"] // 2, "stages": first["stages"]}
             why = "narrower K/V tiles to fit shared memory and registers"
         out.append(Candidate(dict(p), why))
-    return out + ([three] if three else [])
+    return out + ([three] if three else []) + ([Candidate(chained, _hopper_reason(d, chained))] if chained else [])
 
 
 def _ring(j: str, first: str) -> tuple[str, str, str]:

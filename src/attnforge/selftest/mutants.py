@@ -29,6 +29,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     "hopper": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
     # the same kernel persistent (1k keys: one program per SM walks the work tiles, the rings carried over), for GLUON_MUTANTS
     "hopper_persistent": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "h200"),
+    # the persistent kernel chained (D = 64 without a mask: the next work tile's first QK^T in the turn of this one's last PV,
+    # Q in a slot per tile parity; SPEC_PLAN: the planner's last candidate), for GLUON_MUTANTS
+    "hopper_chain": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16"), "h200"),
     # a D = 128 kernel storing O through the warpgroups' rows of Qs (ostage = 2, the planner's choice under a window; the
     # persistent causal D = 128 kernel, this spec until run 11, now has a staging tile of its own), for GLUON_MUTANTS
     "hopper_o_via_q": (AttentionSpec(heads=4, kv_heads=2, head_dim=128, dtype="bf16", window_left=200, window_right=30), "h200"),
@@ -52,11 +55,11 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_persistent": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_persistent": "gluon", "hopper_chain": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 # A base planned from the planner's first candidate with these parameters rather than its first choice (one generate
 # falls back to, or the tuner times): gluon.gpucheck.base_kernel for GLUON_MUTANTS, selftest.run._base for the TL ones.
-SPEC_PLAN: dict[str, dict[str, int]] = {"hopper": {"BM": 128, "warps": 8}}
+SPEC_PLAN: dict[str, dict[str, int]] = {"hopper": {"BM": 128, "warps": 8}, "hopper_chain": {"chain": 1}}
 
 
 def base_params(key: str) -> dict[str, int] | None:
@@ -318,6 +321,16 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_persistent_q_phase_stuck", "hopper_persistent", "kernel", r"mbarrier\.wait\(q_ready, \(\(0\) \+ tiles\) % 2\)",
            "mbarrier.wait(q_ready, 0)",
            "the wait for Q keeps phase 0: from the second work tile on it passes at once and the GEMMs read the previous tile's Q"),
+    # chained work tiles: the next tile's Q in the other parity's slots, on the other parity's barrier
+    Mutant("gluon_chain_next_q_from_this_tiles_slots", "hopper_chain", "kernel",
+           r"q_n = Qs\.index\(\(\(tiles \+ 1\) % 2\) \* SETS \+ WG\)", "q_n = Qs.index(((tiles) % 2) * SETS + WG)",
+           "the next work tile's first QK^T GEMM reads this tile's slots of Qs: every work tile after a program's first scores its "
+           "first K/V tile against the tile before's Q"),
+    Mutant("gluon_chain_next_q_wait_a_phase_early", "hopper_chain", "kernel",
+           r"mbarrier\.wait\(q_ready\.index\(\(tiles \+ 1\) % 2\), \(\(0\) \+ \(tiles \+ 1\) // 2\) % 2\)",
+           "mbarrier.wait(q_ready.index((tiles + 1) % 2), ((0) + (tiles + 1) // 2 + 1) % 2)",
+           "the wait for the next work tile's Q is on the phase before: from the third work tile on it passes at once (or hangs "
+           "once the copies run ahead), and the first QK^T GEMM may read Q before its copy lands"),
     # the Mask as per-row key bounds: the causal bound one key late
     Mutant("gluon_causal_bound_a_key_late", "hopper", "kernel", r"gl\.minimum\(\(Sk\) - 1, \(\(\(rows \+ Sk\) - Sq\)\)\)\)",
            "gl.minimum((Sk) - 1, (((rows + Sk) - Sq)) + 1))",

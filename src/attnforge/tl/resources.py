@@ -131,6 +131,11 @@ def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
                 out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1) * ring
             elif isinstance(s, n.Allocate) and s.level == n.BARRIER:
                 out[s.name] = BARRIER_BYTES * math.prod(int(evaluate(d, env)) for d in s.shape)
+        if kernel.param_map().get("chain") == 1:
+            # a Hopper-form schedule (docs/TL.md section 11.5): Q (the first GEMM's shared operand) in a slot per work tile's parity
+            q = next((s.a for s in n.walk(kernel.body) if isinstance(s, n.Gemm) and s.a in out), None)
+            if q is not None:
+                out[f"{q} (the next work tile's)"] = out[q]
         if kernel.param_map().get("ostage") == 1 and {"BM", "Dv"} <= set(env):
             # a Hopper-form schedule (docs/TL.md section 11.5): O leaves through a BM x Dv shared tile (2: through Qs)
             out["o_stage"] = int(env["BM"]) * int(env["Dv"]) * FORMATS[dtypes.get("out", "fp16")].bytes

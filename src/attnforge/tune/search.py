@@ -127,8 +127,9 @@ def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
 
 
 # schedule switches, which move a kernel's register pressure as much as its tile does (a persistent causal D = 128 Hopper-form
-# kernel spilled storing O from registers, not through Qs); the portable form's ``persistent`` counts too
-_REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage")
+# kernel spilled storing O from registers, not through Qs; a chained one at D = 128 where the unchained did not); the portable
+# form's ``persistent`` counts too
+_REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage", "chain")
 
 
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]], *, budget_by_warps: bool = False) -> bool:
@@ -142,7 +143,8 @@ def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]], *, bud
         if why == "spills" and tile >= bad_tile and warps and same_switches:
             return True
         if (why == "shared" and params["BN"] >= bad["BN"] and params["BM"] >= bad["BM"] and params.get("stages", 1) >= bad.get("stages", 1)
-                and (params.get("ostage") == 1 or bad.get("ostage") != 1)):  # (O's staging tile: only what holds one too)
+                and (params.get("ostage") == 1 or bad.get("ostage") != 1)  # (O's staging tile: only what holds one too)
+                and (params.get("chain") == 1 or bad.get("chain") != 1)):  # (chain's second Q tile: likewise)
             return True
     return False
 

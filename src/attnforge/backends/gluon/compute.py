@@ -10,7 +10,7 @@ from ...tl.printer import expr as show_expr
 from ...tl.printer import stmt as stmt_lines
 from .shape import O_STAGE_NAME, Q_FREE_NAME, TileLoop, _fail
 from ...analysis import LN2, LOG2E
-from .writer import Q_STRIDES, Writer, next_work_tile, shared_args, work_tiles
+from .writer import Q_STRIDES, Writer, next_work_tile, shared_args, tile_coordinates, work_tiles
 
 
 def _folded(m: Writer, loop: TileLoop) -> bool:
@@ -167,11 +167,11 @@ def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
     m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
 
 
-def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
+def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int, q: str = "q_t") -> None:
     m.tl(t.qk, indent)
     slot = m.dev(m.ring_at(t.qk.b_index, t.loop.var, at))
     m.emit(f"k_t = {t.qk.b}.index({slot}).reshape([BN, D]).permute((1, 0))", indent)
-    m.emit("S = warpgroup_mma(q_t, k_t, gl.zeros([HM, BN], gl.float32, s_layout), use_acc=False, is_async=True)", indent)
+    m.emit(f"S = warpgroup_mma({q}, k_t, gl.zeros([HM, BN], gl.float32, s_layout), use_acc=False, is_async=True)", indent)
 
 
 def _issue_pv(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
@@ -201,11 +201,11 @@ def release_k(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
         _arrive(m, t, t.k_release, at, indent)
 
 
-def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None) -> None:
-    """The GEMMs issued in one ping-pong turn: tile ``qk``'s QK^T, then tile ``pv``'s PV (either may be absent)."""
+def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None, q: str = "q_t") -> None:
+    """The GEMMs issued in one ping-pong turn: tile ``qk``'s QK^T (with Q's tile ``q``), then tile ``pv``'s PV (either may be absent)."""
     _turn(m, indent, take=True)
     if qk is not None:
-        _issue_qk(m, t, qk, indent)
+        _issue_qk(m, t, qk, indent, q)
     if pv is not None:
         _issue_pv(m, t, pv, indent)
     _turn(m, indent, take=False)
@@ -242,9 +242,22 @@ def turn_helpers(m: Writer) -> None:
         m.emit()
 
 
-def _softmax_call(at: str, rt: str, masked: bool = True) -> str:
-    """The scores of tile ``at``; ``masked``: it may be at or past ``split`` (else the Mask is left out)."""
-    return f"P, alpha, m_i, l_i = _scores(S, m_i, l_i, {at}, rows, split, {rt}, s_layout, SCALE_POSITIVE, {masked})"
+def _softmax_call(at: str, rt: str, masked: bool = True, suffix: str = "") -> str:
+    """The scores of tile ``at``; ``masked``: it may be at or past ``split`` (else the Mask is left out); ``suffix``: of the
+    work tile whose row state, rows and coordinates carry it (``rt`` names those), "" this one's."""
+    x = suffix
+    return f"P{x}, alpha, m_i{x}, l_i{x} = _scores(S, m_i{x}, l_i{x}, {at}, rows{x}, split, {rt}, s_layout, SCALE_POSITIVE, {masked})"
+
+
+def _first_scores(m: Writer, rt: str, indent: int, suffix: str = "") -> None:
+    """The scores of the work tile's first K/V tile ``lo`` (three or more warpgroups: the Mask only at or past ``split``)."""
+    if _loops_split(m):  # (as the loops: the Mask's registers only where the tile needs it)
+        m.emit("if lo < split:", indent)
+        m.emit(_softmax_call("lo", rt, False, suffix), indent + 1)
+        m.emit("else:", indent)
+        m.emit(_softmax_call("lo", rt, True, suffix), indent + 1)
+    else:
+        m.emit(_softmax_call("lo", rt, True, suffix), indent)
 
 
 def row_state(m: Writer) -> None:
@@ -263,16 +276,30 @@ def tile_bounds(m: Writer) -> None:
         _gather_q(m, hk.q_load)
     else:
         m.tl(hk.q_wait, 1)
-        phase = m.dev(hk.q_wait.phase)
-        if hk.persistent:  # Q's barrier completes once per work tile (shape checks): the phase moves on by the tiles done
-            phase = f"(({phase}) + tiles) % 2"
-        m.emit(f"mbarrier.wait({m.bar(hk.q_wait.barrier)}, {phase})", 1)
+        m.emit(f"mbarrier.wait({_q_ready(m, 'tiles')})", 1)
     for loop in hk.loops:
         m.tl(loop.loop, 1)
-    m.emit(f"lo = {m.dev(hk.loops[0].loop.start)}", 1)
-    m.emit(f"hi = {m.dev(hk.loops[-1].loop.stop)}", 1)
-    split = hk.loops[0].loop.stop if len(hk.loops) == 2 else None
-    m.emit(f"split = {m.dev(split) if split is not None else 'lo'}  # tiles from here on are masked", 1)
+    for line in _bounds(m):
+        m.emit(line, 1)
+
+
+def _bounds(m: Writer) -> list[str]:
+    """The tile loops' range, ``lo`` to ``hi``, masked from ``split`` on (the TL's two loops, unmasked then masked, become one)."""
+    loops = m.hk.loops
+    split = m.dev(loops[0].loop.stop) if len(loops) == 2 else "lo"
+    return [f"lo = {m.dev(loops[0].loop.start)}", f"hi = {m.dev(loops[-1].loop.stop)}", f"split = {split}  # tiles from here on are masked"]
+
+
+def _q_ready(m: Writer, tiles: str) -> str:
+    """The arguments of the wait for work tile number ``tiles``' Q: its barrier completes once per work tile in a
+    persistent kernel (shape checks), so the phase moves on by the tiles done; chained, once per work tile of its
+    parity, one barrier for each."""
+    phase = m.dev(m.hk.q_wait.phase)
+    if m.hk.chain:
+        return f"{m.bar(m.hk.q_wait.barrier)}.index(({tiles}) % 2), (({phase}) + ({tiles}) // 2) % 2"
+    if m.hk.persistent:
+        return f"{m.bar(m.hk.q_wait.barrier)}, (({phase}) + {tiles}) % 2"
+    return f"{m.bar(m.hk.q_wait.barrier)}, {phase}"
 
 
 def _gather_q(m: Writer, copy: n.Copy) -> None:
@@ -294,7 +321,7 @@ def _gather_q(m: Writer, copy: n.Copy) -> None:
 def compute_fn(m: Writer) -> None:
     hk, t = m.hk, m.hk.loops[-1]
     j = t.loop.var
-    J, J1 = n.Name(j), n.Binary("+", n.Name(j), n.Num(1))
+    J = n.Name(j)
     rt = ", ".join(m.runtime_args())
     shared = ", ".join(shared_args(hk))
     m.emit("@gluon.jit")
@@ -307,10 +334,15 @@ def compute_fn(m: Writer) -> None:
     m.emit("p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)", 1)
     m.emit("row_o: gl.constexpr = gl.SliceLayout(1, o_layout)", 1)
     q_name = hk.loops[0].qk.a
-    m.emit(f"q_t = {q_name}.index(WG).reshape([HM, D])" if m.q_parts > 1 else f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
+    if not hk.chain:  # (chained, each work tile's Q is in the slots of its parity)
+        m.emit(f"q_t = {q_name}.index(WG).reshape([HM, D])" if m.q_parts > 1 else f"q_t = {q_name}.reshape([BM, D]).slice(WG * HM, HM)", 1)
     if hk.pingpong:
         m.emit("if WG == SETS - 1:  # warpgroup 0 takes the first turn", 1)
         m.emit("_pass_turn(WG)", 2)
+    if hk.chain:
+        _chained_tiles(m, rt)
+        m.emit()
+        return
     if hk.persistent:
         m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
         m.emit("tiles = 0  # work tiles done: Q's barriers complete once per work tile", 1)
@@ -326,24 +358,8 @@ def compute_fn(m: Writer) -> None:
         _in_turn(m, t, 2, qk=n.Name("lo"))
         m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
         release_k(m, t, n.Name("lo"), 2)
-        if _loops_split(m):  # (as the loops: the Mask's registers only where the tile needs it)
-            m.emit("if lo < split:", 2)
-            m.emit(_softmax_call("lo", rt, False), 3)
-            m.emit("else:", 2)
-            m.emit(_softmax_call("lo", rt), 3)
-        else:
-            m.emit(_softmax_call("lo", rt), 2)
-        for bounds, masked in _tile_loops(m, "lo", "hi - 1", 1):
-            m.emit(f"for {j} in range({bounds}):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
-            _wait_tile(m, t.k_wait, j, J1, 2)
-            _wait_tile(m, t.v_wait, j, J, 2)
-            _in_turn(m, t, 2, qk=J1, pv=J)
-            m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
-            release_k(m, t, J1, 2)
-            m.emit(_softmax_call(f"{j} + 1", rt, masked), 2)
-            m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
-            _release(m, t, J, 2)
-            m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
+        _first_scores(m, rt, 2)
+        _overlapped_loop(m, rt)
         _give_q_back(m)
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
         last = n.Binary("-", n.Name("hi"), n.Num(1))
@@ -377,6 +393,117 @@ def compute_fn(m: Writer) -> None:
     if hk.ostage:
         m.emit("tma.store_wait(0)  # the last O store has read shared memory before the program ends", 1)
     m.emit()
+
+
+def work_tile_fn(m: Writer) -> None:
+    """``_work_tile``: a work tile's grid coordinates from its number (chain: the compute role's of the next one too)."""
+    m.emit("@gluon.jit")
+    m.emit(f"def _work_tile(tile, {', '.join(m.role_args())}):")
+    for line in tile_coordinates(m, "tile"):
+        m.emit(line, 1)
+    m.emit(f"return {', '.join(m.grid_names)}", 1)
+    m.emit()
+
+
+def _chained_tiles(m: Writer, rt: str) -> None:
+    """The work tiles of a chained kernel (``chain = 1``: persistent, overlapped, in ping-pong; shape checks): the
+    next work tile's first QK^T GEMM is issued in the turn of this one's last PV GEMM, and its scores are computed
+    before this one's epilogue, so that the tensor cores are not left idle between work tiles while a warpgroup
+    normalises and stores O, waits for the next Q and scores its first tile alone. Q has a set of slots per parity
+    of the work tile (the load role copies the next one's under this one); each set is given back on q_free of its
+    parity once the tile's last QK^T GEMM is done. The program's first work tile is scored before the loop. Q's waits
+    sit under ``lo < hi``: a work tile without K/V tiles (Sk = 0, which the module's launch refuses) would leave its Q
+    barrier unwaited while its slots are given back."""
+    hk, t = m.hk, m.hk.loops[-1]
+    j = t.loop.var
+    q_name = hk.loops[0].qk.a
+    args = ", ".join(m.role_args())
+    coords = ", ".join(m.grid_names)
+    total = " * ".join(f"({m.dev(ax.extent)})" for ax in hk.kernel.grid)
+    rows_of = "{} * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))"
+    m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
+    m.emit("tiles = 0  # work tiles done: Q's barriers of a parity complete once per work tile of it", 1)
+    m.emit(f"{coords} = _work_tile(gl.program_id(0), {args})  # the program's first work tile: scored here", 1)
+    m.emit(f"rows = {rows_of.format('m')}", 1)
+    row_state(m)
+    m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
+    m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
+    m.emit(f"q_t = {q_name}.index(WG).reshape([HM, D])", 1)
+    bounds = _bounds(m)
+    for line in bounds:
+        m.emit(line, 1)
+    m.emit(f"if (lo < hi) & (gl.program_id(0) < {total}):  # the first work tile's first scores (a later tile's come in the last turn of the tile before)", 1)
+    m.tl(hk.q_wait, 2)
+    m.emit(f"mbarrier.wait({_q_ready(m, 'tiles')})", 2)
+    _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)
+    _in_turn(m, t, 2, qk=n.Name("lo"))
+    m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+    release_k(m, t, n.Name("lo"), 2)
+    _first_scores(m, rt, 2)
+    m.emit(f"for tile in range(gl.program_id(0), {total}, gl.num_programs(0)):  # persistent: one program per SM walks the work tiles", 1)
+    m.depth += 1
+    m.emit(f"{coords} = _work_tile(tile, {args})", 1)
+    m.emit(f"rows = {rows_of.format('m')}", 1)
+    m.emit(f"q_t = {q_name}.index((tiles % 2) * SETS + WG).reshape([HM, D])  # this work tile's Q: the slots of its parity", 1)
+    for line in bounds:
+        m.emit(line, 1)
+    _overlapped_loop(m, rt)
+    m.emit(f"mbarrier.arrive({Q_FREE_NAME}.index(tiles % 2), count=1)  # Q's slots of this parity given back: every QK^T GEMM of this work tile is done", 1)
+    m.emit("m_i2 = gl.full([HM], -float('inf'), gl.float32, gl.SliceLayout(1, s_layout))  # the next work tile's row state", 1)
+    m.emit("l_i2 = gl.zeros([HM], gl.float32, gl.SliceLayout(1, s_layout))", 1)
+    m.emit("P2 = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
+    m.emit("S = gl.zeros([HM, BN], gl.float32, s_layout)", 1)
+    last = n.Binary("-", n.Name("hi"), n.Num(1))
+    chained = f"(lo < hi) & (tile + gl.num_programs(0) < {total})"
+    m.emit(f"if {chained}:  # chained: the next work tile's first QK^T in this one's last turn", 1)
+    _wait_tile(m, t.v_wait, j, last, 2)
+    m.emit(f"mbarrier.wait({_q_ready(m, 'tiles + 1')})", 2)
+    # the next work tile's first K/V tile is the ring position after this one's last (the bounds are the same: shape checks)
+    _wait_tile(m, t.k_wait, j, n.Name("hi"), 2)
+    m.emit(f"q_n = {q_name}.index(((tiles + 1) % 2) * SETS + WG).reshape([HM, D])", 2)
+    _in_turn(m, t, 2, qk=n.Name("hi"), pv=last, q="q_n")
+    # Both GEMMs waited for here; this work tile's epilogue, then the next one's scores, run under the other warpgroup's
+    # turn. (Compiled for sm_90a at D = 128: with the PV GEMM left in flight under the scores, as in the loop, the kernel
+    # spilled 16 bytes; with the epilogue in each branch, 48; as here, 16. At D = 64, none.)
+    m.emit("S, acc, _, _, _, _ = warpgroup_mma_wait(0, deps=(S, acc, p, q_n, k_t, v_t))", 2)
+    release_k(m, t, n.Name("hi"), 2)
+    _release(m, t, last, 2)
+    m.emit("else:  # the program's last work tile (or one without K/V tiles): its last PV GEMM alone", 1)
+    m.emit("if lo < hi:", 2)
+    _wait_tile(m, t.v_wait, j, last, 3)
+    _in_turn(m, t, 3, pv=last)
+    m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 3)
+    _release(m, t, last, 3)
+    _epilogue(m)
+    m.emit(f"if {chained}:  # the next work tile's first scores", 1)
+    nxt = [f"{a}2" for a in m.grid_names]
+    m.emit(f"{', '.join(nxt)} = _work_tile(tile + gl.num_programs(0), {args})", 2)
+    m.emit(f"rows2 = {rows_of.format('m2')}", 2)
+    names = dict(zip(m.grid_names, nxt))
+    _first_scores(m, ", ".join(names.get(a, a) for a in m.runtime_args()), 2, suffix="2")
+    m.emit("P, m_i, l_i = P2, m_i2, l_i2  # the next work tile's first scores", 1)
+    m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
+    next_work_tile(m, "lo", "hi", 1)
+    m.depth = 0
+    m.emit("tma.store_wait(0)  # the last O store has read shared memory before the program ends", 1)
+
+
+def _overlapped_loop(m: Writer, rt: str) -> None:
+    """The tiles ``lo`` .. ``hi`` - 2 of an overlapped kernel: in tile j's turn, tile j + 1's QK^T and tile j's PV."""
+    t = m.hk.loops[-1]
+    j = t.loop.var
+    J, J1 = n.Name(j), n.Binary("+", n.Name(j), n.Num(1))
+    for bounds, masked in _tile_loops(m, "lo", "hi - 1", 1):
+        m.emit(f"for {j} in range({bounds}):  # the PV GEMM of tile j runs under the softmax of tile j + 1", 1)
+        _wait_tile(m, t.k_wait, j, J1, 2)
+        _wait_tile(m, t.v_wait, j, J, 2)
+        _in_turn(m, t, 2, qk=J1, pv=J)
+        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
+        release_k(m, t, J1, 2)
+        m.emit(_softmax_call(f"{j} + 1", rt, masked), 2)
+        m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
+        _release(m, t, J, 2)
+        m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
 
 
 def _tile_loops(m: Writer, lo: str, hi: str, ahead: int) -> list[tuple[str, bool]]:

@@ -30,7 +30,7 @@ from ..triton.launcher import KernelInfo
 from ..triton.launcher import check_host_name
 from ...plan.builtin import one_split_axis
 from . import tcgen05
-from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers
+from .compute import compute_fn, fused_factor, softmax_fn, turn_helpers, work_tile_fn
 from .merge import merge_fn
 from .shape import O_STAGE_NAME, Q_FREE_NAME, _fail
 from ...tl.check_roles import occupancy
@@ -67,12 +67,17 @@ def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int, ring_var: str 
         if isinstance(s, n.Copy) and s.signal is not None:
             desc = f"{m.hk.views[s.src].tensor}_desc"
             bar = m.bar(n.BarrierRef(s.signal.name, at(s.signal.index)))
-            if m.hk.persistent and s.signal == m.hk.q_wait.barrier:
+            chained = m.hk.chain and s.signal == m.hk.q_wait.barrier
+            if chained:  # Q's slots of this work tile's parity, given back by the work tile two before
+                bar = f"{bar}.index(tiles % 2)"
+                m.emit(f"mbarrier.wait({Q_FREE_NAME}.index(tiles % 2), (tiles // 2 + 1) % 2)  # the work tile two before is done with these slots of Qs", indent)
+            elif m.hk.persistent and s.signal == m.hk.q_wait.barrier:
                 m.emit(f"mbarrier.wait({Q_FREE_NAME}, (tiles + 1) % 2)  # the previous work tile's QK^T GEMMs are done with Qs", indent)
             if desc == "q_desc" and m.q_parts > 1:  # (Writer.q_parts)
+                slot = "(tiles % 2) * SETS + w" if chained else "w"
                 m.emit(f"mbarrier.expect({bar}, SETS * {desc}.block_type.nbytes)", indent)
                 m.emit("for w in gl.static_range(SETS):  # a box per warpgroup set: its HM rows into its slot of Qs", indent)
-                m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s, ' + w * HM')}, {bar}, {s.dst}.index(w))", indent + 1)
+                m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s, ' + w * HM')}, {bar}, {s.dst}.index({slot}))", indent + 1)
                 continue
             m.emit(f"mbarrier.expect({bar}, {desc}.block_type.nbytes)", indent)
             m.emit(f"tma.async_copy_global_to_shared({desc}, {_tma_coord(m, s)}, {bar}, {m.ring_ref(s.dst, at(s.dst_index))})", indent)
@@ -142,6 +147,8 @@ def _kernel_fn(m: Writer) -> None:
         ring = f"[{m.dev(s.ring)}] + " if s.ring is not None else ""
         if desc == "q_desc" and m.q_parts > 1:
             ring = "[SETS] + "  # a slot per warpgroup set, each filled by its own TMA box (Writer.q_parts)
+            if hk.chain:  # (chain: a set of slots per work tile's parity, the next tile's Q copied under this one)
+                ring = "[2 * SETS] + "
         m.emit(f"{name} = gl.allocate_shared_memory({desc}.dtype, {ring}{desc}.block_type.shape, {desc}.layout)", 1)
     if hk.o_staged:
         m.emit(f"# ostage = 1: O's staging tile, a slot of HM rows per warpgroup set, emptied by TMA stores", 1)
@@ -156,10 +163,19 @@ def _kernel_fn(m: Writer) -> None:
             m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{slots}, 1], mbarrier.MBarrierLayout())", 1)
             m.emit(f"for i in gl.static_range({slots}):", 1)
             m.emit(f"mbarrier.init({name}.index(i), count={count})", 2)
+        elif hk.chain and name == hk.q_wait.barrier.name:  # chain: one per parity of the work tile, as Q's slots
+            m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
+            m.emit("for i in gl.static_range(2):", 1)
+            m.emit(f"mbarrier.init({name}.index(i), count={count})", 2)
         else:
             m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
             m.emit(f"mbarrier.init({name}, count={count})", 1)
-    if hk.persistent:
+    if hk.chain:
+        m.emit("# chain: Q's slots of a parity are given back once per work tile of it, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
+        m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
+        m.emit("for i in gl.static_range(2):", 1)
+        m.emit(f"mbarrier.init({Q_FREE_NAME}.index(i), count={hk.sets})", 2)
+    elif hk.persistent:
         m.emit("# persistent: Qs is given back once per work tile, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
         m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
         m.emit(f"mbarrier.init({Q_FREE_NAME}, count={hk.sets})", 1)
@@ -229,6 +245,10 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
     if combine is not None:
         _split_kv_setup(m, one_split)
     if combine is None:  # (a split-KV kernel's stores go to its own contiguous scratch)
+        if hk.chain:  # (a work tile without K/V tiles would leave its Q barrier unwaited: compute._chained_tiles)
+            m.emit("if Sk == 0:", 1)
+            m.emit("raise LaunchError(\"k and v have no keys (Sk = 0); this kernel chains its work tiles and needs at least one\", where=\"k\", "
+                   "hint=\"attention over no keys is empty: skip the call, or generate without chain\")", 2)
         m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
         m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
                "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
@@ -400,6 +420,8 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         turn_helpers(m)
     if m.merge:
         merge_fn(m)
+    if hk.chain:
+        work_tile_fn(m)
     (tcgen05.compute_fn if hk.blackwell else compute_fn)(m)
     m.emit("@gluon.jit")
     m.emit(f"def _load({', '.join(m.descriptors)}, {', '.join(shared_args(hk))}, {', '.join(m.role_args())}):")

@@ -129,6 +129,12 @@ class HopperKernel:
         return bool(self.params.get("persistent", 0))
 
     @property
+    def chain(self) -> bool:
+        """``chain = 1`` (persistent, overlap, ping-pong): the next work tile's first QK^T GEMM is issued in the turn of
+        this one's last PV GEMM, and Q has a slot per work tile's parity (docs/TL.md section 11.5)."""
+        return bool(self.params.get("chain", 0))
+
+    @property
     def blackwell(self) -> bool:
         """The TL names an sm_100 target: its GEMMs become tcgen05 MMAs into tensor memory (``tcgen05``)."""
         from ...targets import get_target
@@ -303,6 +309,8 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         _fail(kernel, "overlap = 1 needs stages >= 2: tile j + 1's K is waited for before tile j's slot is given back", file)
     if hk.persistent:
         _check_persistent(hk, file)
+    if hk.chain:
+        _check_chain(hk, file)
     if hk.ostage and (hk.split_kv or hk.blackwell):
         what = "a split-KV partial kernel (its partial O is fp32 scratch)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
         _fail(hk.kernel, f"ostage = {hk.params['ostage']} on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
@@ -364,6 +372,32 @@ def _check_persistent(hk: HopperKernel, file: str | None) -> None:
             _fail(s, f"persistent = 1: a ring index must be the tile's position in the loop, ({loop.var} - start) % R "
                   f"({'j % R' if start == n.Num(0) else f'({loop.var} - ({show_expr(start)})) % R'} here), so that it carries over to the "
                   "next work tile", file)
+
+
+def _check_chain(hk: HopperKernel, file: str | None) -> None:
+    """What chaining the work tiles (``chain = 1``) assumes: one program walks them (persistent) with the next QK^T
+    issued before the softmax (overlap) by warpgroups in turns (ping-pong), O leaves other than through Qs (whose next
+    slot is the next tile's Q), and the tile loop's bounds are the same for every work tile (no causal or window bound
+    moving with the row tile, so that the next tile's first K/V tile is the ring position after this one's last, and its
+    scores see the same split between the unmasked and the masked tiles), and two compute warpgroups."""
+    needs = [name for name, on in (("persistent", hk.persistent), ("overlap", hk.overlap), ("pingpong", hk.pingpong)) if not on]
+    if needs:
+        _fail(hk.kernel, f"chain = 1 without {' and '.join(f'{x} = 1' for x in needs)}: the next work tile's first QK^T GEMM goes into the turn "
+              "of this one's last PV GEMM, which a persistent, overlapped ping-pong kernel has", file,
+              hint="set persistent = 1, overlap = 1 and pingpong = 1, or leave chain out")
+    if hk.o_via_q:
+        _fail(hk.kernel, "chain = 1 with ostage = 2: O would leave through Qs while the next work tile's QK^T reads Q", file,
+              hint="ostage = 1 (a staging tile of its own), or leave ostage out")
+    if hk.sets != 2:
+        _fail(hk.compute, f"chain = 1 with {hk.sets} compute warpgroups: the translator chains two (BM = 128 with 8 warps); with three, "
+              "verified natively on the H200, it gave wrong output where a program takes one work tile of two K/V tiles", file,
+              hint="8 compute warps in ping-pong, or leave chain out")
+    grid = {ax.name for ax in hk.kernel.grid}
+    bounds = set().union(*(n.expr_names(e) for t in hk.loops for e in (t.loop.start, t.loop.stop)))  # (the split between two loops too)
+    if bounds & grid:
+        _fail(hk.loops[0].loop, f"chain = 1 with a tile loop bounded by {', '.join(sorted(bounds & grid))}: the work tiles must walk the same "
+              "K/V tiles (no causal or window bound), so that the next one's first tile follows this one's last in the ring", file,
+              hint="leave chain out under a mask whose bounds move with the row tile")
 
 
 # The grids the emitted kernel recovers from its program id: a prefill's, and a split-KV partial
