@@ -8,7 +8,8 @@ Usage (on an H100/H200, from the repository root; carry .gpu_deps):
 
 For each prefill row of the bench matrix (``--rows``: name substrings; default all): the parameters the
 tuning database holds for the gluon backend on the row's bucket (the planner's first choice if none),
-and the same with the switch on (the db's without it), or with each of ``--variants``' overrides. Phase 1 builds and verifies every kernel (``verify.verify``: the
+and the same with the switch on (the db's without it), or with each of ``--variants``' overrides. Phase 1 builds every kernel, refuses
+one that spills or overflows shared memory as generate's gate does (``compile_report.check_fits``), and verifies the rest (``verify.verify``: the
 gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own, and
 also verifies the switch on the feature specs below (at D <= 64 for ostage) (window, ALiBi, softcap, GQA/MQA, odd lengths,
 both causal alignments), which are not timed. Phase 2, one process: per row, cuDNN (SDPA), the
@@ -57,7 +58,10 @@ def _build_and_verify(job: tuple[str, dict, dict, str]) -> dict:
     the row's shape (``shape``: spec keywords or None) so that phase 2 finds it compiled."""
     name, spec_kw, params, out = job
     from attnforge.backends.gluon import GluonBackend
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
     from attnforge.backends.gluon.kernel import GluonKernel
+    from attnforge.compile_report import check_fits
     from attnforge.plan.builtin import Candidate
     from attnforge.plan.hopper import hopper_plans
     from attnforge.spec import AttentionSpec
@@ -74,6 +78,8 @@ def _build_and_verify(job: tuple[str, dict, dict, str]) -> dict:
         path = Path(out) / "src" / f"{name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(tr.source)
+        # as generate's gate: a kernel that spills (or overflows shared memory) is refused before it is verified or timed
+        check_fits(compile_for_target(_import(path), target), target)
         record = verify(GluonKernel(path), spec, params, target=target, fail_fast=True)
         return dict(name=name, params=params, ok=record.passed, why=record.statement, module=str(path),
                     err_o=record.max_err_o, seconds=round(time.time() - t0, 1))
