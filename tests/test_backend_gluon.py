@@ -1137,6 +1137,22 @@ def test_the_spill_tool_compiles_variants_and_names_a_refused_one(tmp_path):
     assert any(line.startswith('{"BM": 100}') and "refused" in line for line in lines), done.stdout
 
 
+def test_the_ab_tool_refuses_a_kernel_that_spills_before_it_verifies_it(tmp_path, monkeypatch):
+    """bench/gluon_persistent.py builds each variant as generate's gate would take it: a kernel that spills is refused
+    (D = 256 persistent with the overlap and O through Qs spills 16 bytes for sm_90a), not verified and timed."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.modules.pop("gluon_persistent", None)
+    import gluon_persistent
+
+    kw = dict(heads=4, kv_heads=4, head_dim=256, dtype="bf16", seqlen_q=1024, seqlen_k=1024)
+    params = dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, ostage=2, persistent=1)
+    result = gluon_persistent._build_and_verify(("d256", kw, params, str(tmp_path)))
+    assert not result["ok"] and "DoesNotFitError" in result["why"] and "spills" in result["why"], result["why"]
+
+
 def test_a_mutant_is_taken_as_hung_only_well_past_its_controls_time():
     """The GPU check's hang rule: a multiple of the control's seconds (a slow build is not a hang), never under the floor."""
     from attnforge.backends.gluon.gpucheck import MUTANT_DEADLINE_S, mutant_deadline
