@@ -502,29 +502,29 @@ def test_a_chain_the_translator_cannot_keep_is_refused(over, words):
         translate(parse(hopper_source(SPECS["three-sets-overlap"][0], H200, three), file="kernel.tl"), head_dim=128, head_dim_v=128)
 
 
-def _chained_plants(source: str) -> dict[str, str]:
-    """Q's protocol in a chained kernel broken four ways (the review's plants, stop 31), each one edit."""
-    next_q = re.search(r"^ *mbarrier\.wait\(q_ready\.index\(\(tiles \+ 1\) % 2\).*\n", source, re.M).group(0)
-    both = "            S, acc, _, _, _, _ = warpgroup_mma_wait(0"
-    give_back = re.search(r"^ *mbarrier\.arrive\(q_free\.index\(tiles % 2\), count=1\).*\n", source, re.M).group(0)
-    loop = "        for j in range(lo, hi - 1):"
-    return {
-        "the next tile's Q not waited for": source.replace(next_q, ""),
-        "the next tile's Q waited for after its GEMM": source.replace(next_q, "").replace(both, next_q + both),
-        "Q's slots given back before the tile loop": source.replace(give_back, "").replace(loop, give_back + loop, 1),
-        "the load warp not waiting for Q's slots": re.sub(r"^ *mbarrier\.wait\(q_free\.index.*\n", "", source, flags=re.M),
-    }
+_NEXT_Q_WAIT = r"^ *mbarrier\.wait\(q_ready\.index\(\(tiles \+ 1\) % 2\).*\n"
+_BOTH_GEMMS_WAITED = "            S, acc, _, _, _, _ = warpgroup_mma_wait(0"
+_Q_GIVEN_BACK = r"^ *mbarrier\.arrive\(q_free\.index\(tiles % 2\), count=1\).*\n"
+_TILE_LOOP = "        for j in range(lo, hi - 1):"
+# Q's protocol in a chained kernel broken four ways (the review's plants, stop 31), each one edit of the source
+CHAINED_PLANTS = {
+    "the next tile's Q not waited for": lambda src: re.sub(_NEXT_Q_WAIT, "", src, flags=re.M),
+    "the next tile's Q waited for after its GEMM": lambda src: re.sub(_NEXT_Q_WAIT, "", src, flags=re.M).replace(
+        _BOTH_GEMMS_WAITED, re.search(_NEXT_Q_WAIT, src, re.M).group(0) + _BOTH_GEMMS_WAITED),
+    "Q's slots given back before the tile loop": lambda src: re.sub(_Q_GIVEN_BACK, "", src, flags=re.M).replace(
+        _TILE_LOOP, re.search(_Q_GIVEN_BACK, src, re.M).group(0) + _TILE_LOOP, 1),
+    "the load warp not waiting for Q's slots": lambda src: re.sub(r"^ *mbarrier\.wait\(q_free\.index.*\n", "", src, flags=re.M),
+}
 
 
-@pytest.mark.parametrize("plant", ["the next tile's Q not waited for", "the next tile's Q waited for after its GEMM",
-                                   "Q's slots given back before the tile loop", "the load warp not waiting for Q's slots"])
+@pytest.mark.parametrize("plant", sorted(CHAINED_PLANTS))
 def test_the_replay_catches_q_read_before_it_is_waited_for_or_after_it_is_overwritten(plant):
     """Each QK^T GEMM's read of Qs must come after its fill's ``q_ready`` wait and before the slot's next fill: the replay
     (copies landing at once, the load warp moving as soon as it may) sees a read early or late where a GPU run rarely does.
     Short rows (one or two K/V tiles a work tile) let the load warp run ahead by several work tiles."""
     spec, params = CHAINED["full-d64"]
     source = _source(spec, {**params, "persistent": 1, "chain": 1})
-    text = _chained_plants(source)[plant]
+    text = CHAINED_PLANTS[plant](source)
     assert text != source
     _check_progress(_run(source, spec, 2, 1000, 130, 3))
     with pytest.raises(AssertionError, match="reads Qs"):

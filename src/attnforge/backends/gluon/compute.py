@@ -249,6 +249,16 @@ def _softmax_call(at: str, rt: str, masked: bool = True, suffix: str = "") -> st
     return f"P{x}, alpha, m_i{x}, l_i{x} = _scores(S, m_i{x}, l_i{x}, {at}, rows{x}, split, {rt}, s_layout, SCALE_POSITIVE, {masked})"
 
 
+def _first_tile(m: Writer, rt: str, indent: int) -> None:
+    """An overlapped kernel's first K/V tile ``lo``: its QK^T GEMM alone in a turn, waited for, K's slot given back, scored."""
+    t = m.hk.loops[-1]
+    _wait_tile(m, t.k_wait, t.loop.var, n.Name("lo"), indent)
+    _in_turn(m, t, indent, qk=n.Name("lo"))
+    m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", indent)
+    release_k(m, t, n.Name("lo"), indent)
+    _first_scores(m, rt, indent)
+
+
 def _first_scores(m: Writer, rt: str, indent: int, suffix: str = "") -> None:
     """The scores of the work tile's first K/V tile ``lo`` (three or more warpgroups: the Mask only at or past ``split``)."""
     if _loops_split(m):  # (as the loops: the Mask's registers only where the tile needs it)
@@ -258,6 +268,9 @@ def _first_scores(m: Writer, rt: str, indent: int, suffix: str = "") -> None:
         m.emit(_softmax_call("lo", rt, True, suffix), indent + 1)
     else:
         m.emit(_softmax_call("lo", rt, True, suffix), indent)
+
+
+ROWS_OF = "{} * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))"  # a warpgroup set's query rows of row tile {}
 
 
 def row_state(m: Writer) -> None:
@@ -347,18 +360,14 @@ def compute_fn(m: Writer) -> None:
         m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
         m.emit("tiles = 0  # work tiles done: Q's barriers complete once per work tile", 1)
         m.depth += work_tiles(m, 1)
-    m.emit("rows = m * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))", 1)
+    m.emit(f"rows = {ROWS_OF.format('m')}", 1)
     row_state(m)
     m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
     m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
     tile_bounds(m)
     if hk.overlap:
         m.emit("if lo < hi:  # the first tile's scores, before the loop", 1)
-        _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)
-        _in_turn(m, t, 2, qk=n.Name("lo"))
-        m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
-        release_k(m, t, n.Name("lo"), 2)
-        _first_scores(m, rt, 2)
+        _first_tile(m, rt, 2)
         _overlapped_loop(m, rt)
         _give_q_back(m)
         m.emit("if lo < hi:  # the last tile's PV GEMM", 1)
@@ -407,9 +416,9 @@ def work_tile_fn(m: Writer) -> None:
 
 def _chained_tiles(m: Writer, rt: str) -> None:
     """The work tiles of a chained kernel (``chain = 1``: persistent, overlapped, in ping-pong; shape checks): the
-    next work tile's first QK^T GEMM is issued in the turn of this one's last PV GEMM, and its scores are computed
-    before this one's epilogue, so that the tensor cores are not left idle between work tiles while a warpgroup
-    normalises and stores O, waits for the next Q and scores its first tile alone. Q has a set of slots per parity
+    next work tile's first QK^T GEMM is issued in the turn of this one's last PV GEMM; this one's epilogue, then the
+    next one's first scores, follow under the other warpgroup's turn, so that no turn between two work tiles holds a
+    last PV GEMM alone while the next tile's first QK^T waits for the epilogue. Q has a set of slots per parity
     of the work tile (the load role copies the next one's under this one); each set is given back on q_free of its
     parity once the tile's last QK^T GEMM is done. The program's first work tile is scored before the loop. Q's waits
     sit under ``lo < hi``: a work tile without K/V tiles (Sk = 0, which the module's launch refuses) would leave its Q
@@ -420,11 +429,10 @@ def _chained_tiles(m: Writer, rt: str) -> None:
     args = ", ".join(m.role_args())
     coords = ", ".join(m.grid_names)
     total = " * ".join(f"({m.dev(ax.extent)})" for ax in hk.kernel.grid)
-    rows_of = "{} * BM + WG * HM + gl.arange(0, HM, layout=gl.SliceLayout(1, s_layout))"
     m.emit("it = 0  # the ring position of the work tile's first K/V tile: the K/V tiles of this program's earlier work tiles", 1)
     m.emit("tiles = 0  # work tiles done: Q's barriers of a parity complete once per work tile of it", 1)
     m.emit(f"{coords} = _work_tile(gl.program_id(0), {args})  # the program's first work tile: scored here", 1)
-    m.emit(f"rows = {rows_of.format('m')}", 1)
+    m.emit(f"rows = {ROWS_OF.format('m')}", 1)
     row_state(m)
     m.emit("acc = gl.zeros([HM, Dv], gl.float32, o_layout)", 1)
     m.emit("P = gl.zeros([HM, BN], DTYPE, s_layout)", 1)
@@ -435,15 +443,11 @@ def _chained_tiles(m: Writer, rt: str) -> None:
     m.emit(f"if (lo < hi) & (gl.program_id(0) < {total}):  # the first work tile's first scores (a later tile's come in the last turn of the tile before)", 1)
     m.tl(hk.q_wait, 2)
     m.emit(f"mbarrier.wait({_q_ready(m, 'tiles')})", 2)
-    _wait_tile(m, t.k_wait, j, n.Name("lo"), 2)
-    _in_turn(m, t, 2, qk=n.Name("lo"))
-    m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
-    release_k(m, t, n.Name("lo"), 2)
-    _first_scores(m, rt, 2)
+    _first_tile(m, rt, 2)
     m.emit(f"for tile in range(gl.program_id(0), {total}, gl.num_programs(0)):  # persistent: one program per SM walks the work tiles", 1)
     m.depth += 1
     m.emit(f"{coords} = _work_tile(tile, {args})", 1)
-    m.emit(f"rows = {rows_of.format('m')}", 1)
+    m.emit(f"rows = {ROWS_OF.format('m')}", 1)
     m.emit(f"q_t = {q_name}.index((tiles % 2) * SETS + WG).reshape([HM, D])  # this work tile's Q: the slots of its parity", 1)
     for line in bounds:
         m.emit(line, 1)
@@ -478,7 +482,7 @@ def _chained_tiles(m: Writer, rt: str) -> None:
     m.emit(f"if {chained}:  # the next work tile's first scores", 1)
     nxt = [f"{a}2" for a in m.grid_names]
     m.emit(f"{', '.join(nxt)} = _work_tile(tile + gl.num_programs(0), {args})", 2)
-    m.emit(f"rows2 = {rows_of.format('m2')}", 2)
+    m.emit(f"rows2 = {ROWS_OF.format('m2')}", 2)
     names = dict(zip(m.grid_names, nxt))
     _first_scores(m, ", ".join(names.get(a, a) for a in m.runtime_args()), 2, suffix="2")
     m.emit("P, m_i, l_i = P2, m_i2, l_i2  # the next work tile's first scores", 1)

@@ -158,27 +158,14 @@ def _kernel_fn(m: Writer) -> None:
         m.tl(s, 1)
         count = m.dev(s.count) if s.count is not None else "1"
         count = f"({count}) * {arrivals[name]}" if arrivals[name] != 1 else count
-        if s.shape:
-            slots = m.dev(s.shape[0])
-            m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{slots}, 1], mbarrier.MBarrierLayout())", 1)
-            m.emit(f"for i in gl.static_range({slots}):", 1)
-            m.emit(f"mbarrier.init({name}.index(i), count={count})", 2)
-        elif hk.chain and name == hk.q_wait.barrier.name:  # chain: one per parity of the work tile, as Q's slots
-            m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
-            m.emit("for i in gl.static_range(2):", 1)
-            m.emit(f"mbarrier.init({name}.index(i), count={count})", 2)
-        else:
-            m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
-            m.emit(f"mbarrier.init({name}, count={count})", 1)
+        chained_q = hk.chain and name == hk.q_wait.barrier.name  # chain: one per parity of the work tile, as Q's slots
+        _barrier(m, name, m.dev(s.shape[0]) if s.shape else "2" if chained_q else None, count)
     if hk.chain:
         m.emit("# chain: Q's slots of a parity are given back once per work tile of it, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
-        m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())", 1)
-        m.emit("for i in gl.static_range(2):", 1)
-        m.emit(f"mbarrier.init({Q_FREE_NAME}.index(i), count={hk.sets})", 2)
+        _barrier(m, Q_FREE_NAME, "2", hk.sets)
     elif hk.persistent:
         m.emit("# persistent: Qs is given back once per work tile, by each compute warpgroup set, when its last QK^T GEMM is done", 1)
-        m.emit(f"{Q_FREE_NAME} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
-        m.emit(f"mbarrier.init({Q_FREE_NAME}, count={hk.sets})", 1)
+        _barrier(m, Q_FREE_NAME, None, hk.sets)
     if hk.blackwell:
         tcgen05.kernel_allocations(m, 1)
     m.emit("fence_async_shared()", 1)
@@ -201,6 +188,17 @@ def _kernel_fn(m: Writer) -> None:
         m.emit(p + ",", 2)
     m.emit(f"], [{', '.join(warps)}], [{', '.join(regs)}])", 1)
     m.emit()
+
+
+def _barrier(m: Writer, name: str, slots: str | None, count: object) -> None:
+    """An mbarrier, or ``slots`` of them (indexed ``name.index(i)``), each initialised to ``count`` arrivals."""
+    if slots is None:
+        m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())", 1)
+        m.emit(f"mbarrier.init({name}, count={count})", 1)
+        return
+    m.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{slots}, 1], mbarrier.MBarrierLayout())", 1)
+    m.emit(f"for i in gl.static_range({slots}):", 1)
+    m.emit(f"mbarrier.init({name}.index(i), count={count})", 2)
 
 
 def _filled_from(m: Writer, shared: str) -> str:
