@@ -368,7 +368,7 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_decode_merge_a_split_early", "hopper_decode", "kernel", r"if arrived == NSPLIT - 1:", "if arrived == NSPLIT - 2:",
            "the next-to-last split of a row tile to finish merges, before the last has stored its part (the last then finds the counter "
            "set back: with 3 splits or more nobody merges it in). A race: the native gate sees it only where the last split's stores "
-           "come after the early merge's reads (killed on the H200 in run 13 call 1; it survived call 3, at two programs an SM, where "
+           "come after the early merge's reads (killed on the H200 in run 13 call 1; it survived call 3 and run 17 call 2, at two programs an SM, where "
            "a row tile's splits finish within the merge's latency of each other); the numpy run of the merge on the CPU kills it always"),
     Mutant("gluon_decode_merge_counter_kept", "hopper_decode", "kernel", r"^\s*gl\.store\(counters \+ tile, 0\)[^\n]*\n", "",
            "the merging split leaves its row tile's counter at NSPLIT: the next launch on the stream merges at the wrong arrival, "
