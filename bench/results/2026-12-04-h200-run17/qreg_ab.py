@@ -1,5 +1,5 @@
 """Prepared in run 17, not yet run on a GPU: Q in registers for QK^T at D = 128 (qreg.py beside this file), verified by the gate's cases, timed beside the shipped
-kernel and cuDNN on the bench's D = 128 rows."""
+kernel and cuDNN on the bench's D = 128 rows and the D = 64 rows whose kernels have two warpgroups (1k, 4k causal)."""
 import multiprocessing, statistics, sys, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -41,7 +41,7 @@ def main():
     import gluon_persistent as gp
     from attnforge.bench.matrix import full_matrix, select
     out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
-    rows = select([r for r in full_matrix() if r.group == "prefill"], patterns=["d128"])
+    rows = select([r for r in full_matrix() if r.group == "prefill"], patterns=["d128", "d64-s1k", "d64-s4k-causal"])
     jobs = [(r.name, dict(heads=r.heads, kv_heads=r.kv_heads, head_dim=r.head_dim, dtype=r.dtype, causal=r.causal, batch=r.batch,
                           seqlen_q=r.seqlen_q, seqlen_k=r.seqlen_k), str(out)) for r in rows]
     t0 = time.time()
