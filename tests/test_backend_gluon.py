@@ -16,7 +16,7 @@ import pytest
 
 from attnforge import AttentionSpec, get_target
 from attnforge.backends import choose_backend, get_backend, names
-from attnforge.errors import AttnforgeError, TLCheckError
+from attnforge.errors import AttnforgeError, TLCheckError, TranslateError
 from attnforge.generate import generate
 from attnforge.plan.hopper import hopper_plans, hopper_source
 from attnforge.tl import nodes as n
@@ -239,7 +239,8 @@ def test_three_warpgroups_come_last_where_unmeasured_and_the_tuner_times_them_se
     assert short[-1] == {k: v for k, v in {**short[0], "BM": 192, "warps": 12}.items() if k != "persistent"}
     assert [p["BM"] for p in hopper_order(short)[:2]] == [128, 192]
     d128 = planned(head_dim=128)
-    assert d128[-1] == {**d128[0], "BM": 192, "warps": 12, "BN": 64, "stages": 4} and all(p["BM"] == 128 for p in planned(head_dim=128, causal=True))
+    assert d128[0] == {**d128[1], "qreg": 1}  # (Q in registers first: test_the_planner_keeps_q_in_registers_...)
+    assert d128[-1] == {**d128[1], "BM": 192, "warps": 12, "BN": 64, "stages": 4} and all(p["BM"] == 128 for p in planned(head_dim=128, causal=True))
     spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", seqlen_q=4096, seqlen_k=4096)
     why = hopper_candidates(spec, H200)[-1].reason
     assert "three compute warpgroups (BM = 192, BN = 64)" in why and "a 4-slot K/V ring" in why and "in place of" not in why
@@ -368,6 +369,80 @@ def test_o_leaves_by_a_tma_store_from_shared_memory(d, ostage, tmp_path):
     assert sizes[ostage] - sizes[0] == (128 * d * 2 if ostage == 1 else 0)  # the staging tile, counted by the checker
 
 
+@pytest.mark.parametrize("d, causal", [(64, True), (128, False)], ids=["d64-causal", "d128-full"])
+def test_q_in_registers_feeds_every_qk_gemm_from_registers(d, causal, tmp_path):
+    """``qreg = 1``: each warpgroup reads its rows of Qs into registers once a work tile, and every QK^T wgmma takes A from
+    them (in the PTX, an operand list where the shared-memory form has a descriptor); without it, the QK^T GEMMs read Qs.
+    The persistent kernel gives Qs back to the load warp right after the read, not after the last QK^T GEMM. The checker
+    counts Q's registers (HM x D 16-bit values a warpgroup); both compile for sm_90a without a spill."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=d, dtype="bf16", causal=causal, seqlen_q=300, seqlen_k=300)
+    params = dict(BM=128, BN=128, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=1)
+    forms, regs = {}, {}
+    for q in (0, 1):
+        program = parse(hopper_source(spec, H200, {**params, **({"qreg": 1} if q else {})}), file="kernel.tl")
+        result = check(program, H200, head_dim=d, head_dim_v=d)
+        assert result.ok
+        regs[q] = result.resources[0].regs_per_thread
+        source = gluon.translate(program, head_dim=d, head_dim_v=d).source
+        assert ("q_r = q_t.load(" in source) == bool(q)
+        assert source.count("mbarrier.arrive(q_free") == 1 and ("Qs given back at once" in source) == bool(q)
+        path = tmp_path / f"k{q}.py"
+        path.write_text(source)
+        report = compile_for_target(_import(path), H200, tmp_path / f"b{q}")
+        assert report.spill_bytes == 0
+        ptx = next((tmp_path / f"b{q}").rglob("*.ptx")).read_text()
+        # after the accumulators' register list: "{" (A from registers) or a 64-bit descriptor (A from shared memory)
+        forms[q] = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16\s*\{[^}]*\},\s*(\{|%rd)", ptx))
+    assert forms == {0: {"{", "%rd"}, 1: {"{"}}  # (PV's A, P, is always in registers)
+    assert regs[1] - regs[0] == 64 * d * 2 // 4 // 128  # a warpgroup's 64 rows of Q over its 128 threads
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(ostage=2), "qreg = 1 with ostage = 2"), (dict(chain=1, ostage=1), "qreg = 1 with chain = 1"), (dict(qreg=2), "qreg = 2"),
+])
+def test_q_in_registers_is_refused_where_qs_is_written_again_or_read_for_the_next_tile(over, words):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=300, seqlen_k=300)
+    params = {**dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, persistent=1, qreg=1), **over}
+    with pytest.raises(TranslateError, match=words):
+        gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=64, head_dim_v=64)
+    from attnforge.plan.hopper import hopper_decode_source
+
+    decode = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000)
+    with pytest.raises(TranslateError, match="split-KV partial kernel"):
+        gluon.translate(parse(hopper_decode_source(decode, H200, dict(BM=64, BN=64, warps=4, stages=3, qreg=1)), file="kernel.tl"),
+                        head_dim=64, head_dim_v=64)
+    b200 = hopper_source(spec, get_target("b200"), dict(BM=128, BN=128, warps=4, stages=3, qreg=1))
+    with pytest.raises(TranslateError, match="sm_100"):
+        gluon.translate(parse(b200, file="kernel.tl"), head_dim=64, head_dim_v=64)
+
+
+def test_the_planner_keeps_q_in_registers_where_it_was_measured_faster():
+    """``qreg = 1`` first (bench/RESULTS.md 2026-12-04 run 18) on sm_90 where the two-warpgroup first choice is persistent at
+    D = Dv <= 128, without a score modifier or a mask_mod, and under a mask up to 1k keys; the same kernel reading Qs second
+    (the one measured before). Not at D = 64 under the causal mask past 1k keys (measured slower), not where the kernel is
+    not persistent (D = 128 causal past 1k keys: it spills), at D = 256, with three warpgroups, on sm_100."""
+    from attnforge.plan.hopper import hopper_candidates
+
+    def cands(target=H200, **kw):
+        return [c.params for c in hopper_candidates(AttentionSpec(**{"heads": 16, "dtype": "bf16", **kw}), target)]
+
+    for kw in (dict(head_dim=128), dict(head_dim=128, seqlen_q=16384, seqlen_k=16384), dict(head_dim=128, causal=True),
+               dict(head_dim=64), dict(head_dim=64, causal=True), dict(head_dim=128, kv_heads=4, seqlen_q=4096, seqlen_k=4096)):
+        first, second = cands(**kw)[:2]
+        assert first == {**second, "qreg": 1}, kw
+        assert sum("qreg" in p for p in cands(**kw)) == 1, kw  # (the fallbacks are the kernels measured before it)
+    for kw in (dict(head_dim=64, causal=True, seqlen_q=4096, seqlen_k=4096), dict(head_dim=128, causal=True, seqlen_q=4096, seqlen_k=4096),
+               dict(head_dim=256), dict(head_dim=64, seqlen_q=4096, seqlen_k=4096), dict(head_dim=128, softcap=20.0),
+               dict(head_dim=64, alibi_slopes="auto"), dict(head_dim=128, window_left=100, window_right=0), dict(head_dim=128, head_dim_v=64),
+               dict(head_dim=128, target=get_target("b200"))):
+        ps = cands(**kw)
+        assert ps[0].get("qreg") is None, kw
+    assert "Q in registers" in hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16"), H200)[0].reason
+
+
 def test_a_staging_tile_that_does_not_fit_is_refused_by_the_checker():
     spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", seqlen_q=300, seqlen_k=300)
     program = parse(hopper_source(spec, H200, dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, ostage=1)), file="kernel.tl")
@@ -418,12 +493,13 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
 
     first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
     order = hopper_neighbours(first)
-    assert order[0] == first and len(order) == 144 and all(p["BM"] == 128 for p in order)
-    assert {**first, "ostage": 1} in order[:9] and {**first, "ostage": 2} in order[:9]  # the first and its 8 neighbours one change away
+    assert order[0] == first and len(order) == 288 and all(p["BM"] == 128 for p in order)
+    assert {**first, "ostage": 1} in order[:10] and {**first, "ostage": 2} in order[:10]  # the first and its 9 neighbours one change away
+    assert {**first, "qreg": 1} in order[:10]
     assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # every switch off: left out, not 0
-    assert {**first, "persistent": 1} in order[:9]  # one switch away: among the nearest
+    assert {**first, "persistent": 1} in order[:10]  # one switch away: among the nearest
     three = hopper_neighbours({**first, "BM": 192, "warps": 12})  # three warpgroups: ping-pong is never switched off
-    assert len(three) == 72 and all(p["BM"] == 192 and p.get("pingpong") == 1 for p in three)
+    assert len(three) == 144 and all(p["BM"] == 192 and p.get("pingpong") == 1 for p in three)
     import torch
 
     if not torch.cuda.is_available():
@@ -666,6 +742,25 @@ def test_a_mask_of_key_bounds_compares_the_tiles_key_offsets_with_bounds_per_row
     path = tmp_path / "k.py"
     path.write_text(gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=128, head_dim_v=128).source)
     assert compile_for_target(_import(path), H200).spill_bytes == 0
+
+
+def test_q_in_registers_one_program_a_work_tile_compares_the_causal_bound_with_the_keys_indices(tmp_path):
+    """``qreg`` in a kernel of one program per work tile (the tuning database's causal D = 128 kernels at 16k keys): the
+    Mask's per-row bound against the keys' indices, not the tile's key offsets, whose registers across the loop made
+    it spill 8 bytes beside Q's (compute._by_key_index); persistent, with Q in registers, the offsets stay (timed so)."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+
+    spec = AttentionSpec(heads=4, head_dim=128, dtype="bf16", causal=True, seqlen_q=4096, seqlen_k=4096)
+    params = dict(BM=128, BN=128, warps=8, stages=2, pingpong=1, overlap=1, ostage=1)
+    for extra, by_index in (({"qreg": 1}, True), ({}, False), ({"qreg": 1, "persistent": 1}, False)):
+        source = gluon.translate(parse(hopper_source(spec, H200, {**params, **extra}), file="kernel.tl"), head_dim=128, head_dim_v=128).source
+        mask = re.search(r"S = gl\.where\((.*), S, -float\('inf'\)\)", source).group(1)
+        assert mask.startswith("(kv_idx <= gl.expand_dims(" if by_index else "(key_off <= gl.expand_dims("), extra
+        if by_index:
+            path = tmp_path / "k.py"
+            path.write_text(source)
+            assert compile_for_target(_import(path), H200).spill_bytes == 0
 
 
 @pytest.mark.parametrize("mask_mod", ["kv_idx < q_idx / 2", "kv_idx > q_idx / 3", "kv_idx < q_idx * 0.7 + 0.5", "kv_idx <= 2 * q_idx - 5"])

@@ -64,6 +64,11 @@ class _Slot(_Any):
     def store(self, value):
         self.events.append(("sstore", self.ring, self.slot))
 
+    def load(self, layout):  # qreg: Q's rows into registers, which the QK^T GEMMs then read (not Qs)
+        if self.ring == "Qs":
+            self.events.append(("qread", self.slot))
+        return ANY
+
     def reshape(self, *a, **k):
         return self
 
@@ -246,9 +251,9 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                 continue
             used: dict[tuple[str, int | None], int] = defaultdict(int)
             tile, pending = None, []
-            q_slot, q_reads = None, defaultdict(list)  # the slot of Qs the last QK^T GEMM read; slot -> the work tiles read from it
+            q_fill, q_read = _q_fills_read(events), None  # (slot, fill) of each read of Qs; the last read's
             tiles_done, count = [], defaultdict(int)
-            for e in events:
+            for i, e in enumerate(events):
                 if e[0] == "wait":
                     _, bar, slot, phase = e
                     if bar == "turn":
@@ -263,16 +268,15 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
                     assert k < len(fills[(ring, slot)]), f"program {pid} {role}: reads {ring}[{slot}] a {k + 1}th time; the load filled it {len(fills[(ring, slot)])} times"
                     pending.append((ring, fills[(ring, slot)][k]))
                 elif e[0] == "qread":
-                    q_slot = e[1]
+                    q_read = q_fill[i]
                 elif e[0] == "scores":
                     _, j, m, b, h = e
                     if tile != (m, b, h):
                         tile = (m, b, h)
                         tiles_done.append(tile)
-                    if not q_reads[q_slot] or q_reads[q_slot][-1] != tile:  # the slot's next fill must be this tile's Q
-                        q_reads[q_slot].append(tile)
                     sets = len(roles) - 1
-                    fill = fills[("Qs", q_slot)][len(q_reads[q_slot]) - 1: len(q_reads[q_slot])]
+                    q_slot, k = q_read  # the fill of Qs the scores' GEMM read must be this tile's Q
+                    fill = fills[("Qs", q_slot)][k: k + 1]
                     rows = m * bm + (int(role[-1]) if sets > 1 else 0) * (bm // sets)
                     assert fill == [(b, h, rows, 0)], (f"program {pid} {role}: the scores of {tile} read Qs[{q_slot}], whose fill for them "
                                                        f"is {fill}, not this warpgroup's rows of the tile's Q")
@@ -304,6 +308,11 @@ def _check_progress(runs: dict) -> None:
         # the ping-pong turns) pass their n-th wait once n + 1 have
         freeing = {e[1] for e in roles["load"] if e[0] == "wait"}
         count = defaultdict(lambda: 1, dict.fromkeys(freeing, len(computes)))
+        # Q's barrier completes a phase once all of a work tile's boxes of Q have landed (ping-pong: a box per warpgroup set)
+        # (its slots: a set per work tile's parity where chained, Q's barrier then one per parity)
+        q_slots = {e[2] for e in roles["load"] if e[:2] == ("copy", "Qs")}
+        parities = 2 if any(e[:2] == ("wait", "q_ready") and e[2] is not None for r in computes for e in roles[r]) else 1
+        count["q_ready"] = max(1, len(q_slots) // parities)
         arrivals: dict[tuple[str, int | None], int] = defaultdict(int)  # (warpgroup 1 passes the first turn in its record)
         at = dict.fromkeys(roles, 0)
         waits_made: dict[tuple[str, str, int | None], int] = defaultdict(int)
@@ -366,14 +375,16 @@ def _check_progress(runs: dict) -> None:
 
 
 def _q_fills_read(events: list[tuple]) -> dict[int, tuple[int | None, int]]:
-    """For each QK^T GEMM's read of Qs in a compute role's record (its event index), the slot and which of the slot's fills it
-    reads: the k-th work tile that reads a slot reads its k-th fill (the tile: that of the scores the GEMM feeds, the next
-    scores event)."""
+    """For each read of Qs in a compute role's record (its event index: a QK^T GEMM's, or with qreg the read into registers),
+    the slot and which of the slot's fills it reads: the k-th work tile that reads a slot reads its k-th fill (the tile: that
+    of the scores the read feeds, the next scores event; a qreg work tile without K/V tiles reads Q and scores nothing, its
+    read then a tile of its own)."""
     out, tiles = {}, defaultdict(list)
     for i, e in enumerate(events):
         if e[0] != "qread":
             continue
-        tile = next(x[2:] for x in events[i:] if x[0] == "scores")
+        fed = next((x for x in events[i:] if x[0] == "scores" or x[:2] == ("wait", "q_ready")), None)
+        tile = fed[2:] if fed is not None and fed[0] == "scores" else ("a work tile without K/V tiles", i)
         if not tiles[e[1]] or tiles[e[1]][-1] != tile:
             tiles[e[1]].append(tile)
         out[i] = (e[1], len(tiles[e[1]]) - 1)
@@ -438,11 +449,14 @@ SPECS = {
 
 @settings(max_examples=25, deadline=None)
 @given(key=st.sampled_from(sorted(SPECS)), B=st.integers(1, 3), Sq=st.integers(1, 700), Sk=st.integers(1, 900),
-       programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.sampled_from([0, 1, 2]))
-def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage):
+       programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.sampled_from([0, 1, 2]), qreg=st.booleans())
+def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage, qreg):
     spec, params = SPECS[key]
-    source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": ostage} if ostage else {})})
+    qreg = qreg and ostage != 2  # (O through Qs and Q in registers: refused, test_backend_gluon's)
+    source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": ostage} if ostage else {}),
+                            **({"qreg": 1} if qreg else {})})
     assert ("async_copy_shared_to_global" in source) == bool(ostage)
+    assert ("warpgroup_mma(q_r, k_t" in source) == qreg and ("warpgroup_mma(q_t, k_t" in source) != qreg
     nm = -(-Sq // params["BM"])
     if not persistent:  # one program per work tile
         programs = nm * B * spec.heads
@@ -531,6 +545,24 @@ def test_the_replay_catches_q_read_before_it_is_waited_for_or_after_it_is_overwr
         _check_progress(_run(text, spec, 2, 1000, 130, 3))
 
 
+def test_qk_gemms_reading_qs_after_its_early_hand_back_are_caught():
+    """``qreg = 1``, persistent: Qs goes back to the load warp once each warpgroup has read its rows into registers, so
+    the next work tile's Q is copied under this one's tile loop. The mutant whose QK^T GEMMs still read Qs is a race
+    that the replay (the load warp moving as soon as it may) sees: a GEMM reads Qs after the next fill."""
+    from attnforge.selftest.mutants import GLUON_MUTANTS, SPECS as MUTANT_SPECS
+
+    (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_qreg_qk_still_reads_qs"]
+    spec, _ = MUTANT_SPECS[mutant.spec]
+    plan = next(hopper_plans(spec, H200))
+    assert plan.params.get("qreg") == 1 and plan.params.get("persistent") == 1  # the planner's first choice for the mutant's spec
+    source = translate(plan.program, head_dim=spec.head_dim, head_dim_v=spec.head_dim_v).source
+    early = source.index("mbarrier.arrive(q_free, count=1)  # Qs given back at once")
+    assert source.index("q_r = q_t.load(") < early < source.index("warpgroup_mma(q_r, k_t")
+    _check_progress(_run(source, spec, 2, 1000, 600, 3))
+    with pytest.raises(AssertionError, match="reads Qs"):
+        _check_progress(_run(mutant.apply(source), spec, 2, 1000, 600, 3))
+
+
 def test_a_chained_kernel_refuses_a_call_without_keys(tmp_path):
     """Without K/V tiles a chained work tile leaves its Q barrier unwaited (``compute._chained_tiles``): the module's
     launch refuses Sk = 0 before it builds a descriptor."""
@@ -560,14 +592,15 @@ def test_the_planner_offers_the_chained_d64_kernel_last():
         return [c.params for c in hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), target)]
 
     short = cands(head_dim=64, seqlen_q=1024, seqlen_k=1024)
-    assert short[-1] == {**short[0], "chain": 1} and all("chain" not in c for c in short[:-1])
+    assert short[0] == {**short[1], "qreg": 1}  # (the chain has Q in Qs: the next work tile's is read from its other slots)
+    assert short[-1] == {**short[1], "chain": 1} and all("chain" not in c for c in short[:-1])
     assert all("chain" not in c for c in cands(head_dim=64, causal=True) + cands(head_dim=128) + cands(head_dim=64, window_left=64, window_right=0)
                + cands(get_target("b200"), head_dim=64))
     long = cands(head_dim=64, seqlen_q=4096, seqlen_k=4096)
-    assert long[0]["BM"] == 192 and long[-1] == {**long[1], "chain": 1}
+    assert long[0]["BM"] == 192 and long[1] == {**long[2], "qreg": 1} and long[-1] == {**long[2], "chain": 1}
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
     sizes = [check(parse(hopper_source(spec, H200, p), file="kernel.tl"), H200, head_dim=64, head_dim_v=64).resources[0].smem_bytes
-             for p in (short[-1], short[0])]
+             for p in (short[-1], short[1])]
     assert sizes[0] - sizes[1] == 128 * 64 * 2  # Q's tile again: BM x D in bf16
 
 
@@ -720,6 +753,8 @@ def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster(
     assert first(head_dim=128, seqlen_q=4096, seqlen_k=4096, causal=True) == 0
     assert first(head_dim=128, head_dim_v=64, seqlen_q=1024, seqlen_k=1024, causal=True) == 0
     causal_short = hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16", causal=True, seqlen_q=1024, seqlen_k=1024), H200)
+    assert causal_short[0].params == {**causal_short[1].params, "qreg": 1}  # (Q in registers first: test_backend_gluon's)
+    causal_short = causal_short[1:]
     assert [c.params.get("ostage") for c in causal_short[:2]] == [1, 2] and all("persistent" in c.params for c in causal_short[:2])
     assert all("persistent" not in c.params for c in causal_short[2:])  # the fallbacks storing O from registers
     assert first(head_dim=64, seqlen_q=16384, causal=True) == 0 and first(head_dim=256, seqlen_q=4096) == 0
@@ -745,6 +780,7 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
     # the two-warpgroup chain: a three-warpgroup candidate after it (plan/hopper._three_warpgroups) is test_backend_gluon's
     cands = [c for i, c in enumerate(cands) if i == 0 or c.params["BM"] != 192]
     cands = [c for c in cands if not c.params.get("chain")]  # (the chained kernel last at D = 64: test_the_planner_offers_...)
+    cands = [c for c in cands if not c.params.get("qreg")]  # (Q in registers first where measured: test_backend_gluon's)
     assert cands[0].params.get("ostage", 0) == ostage
     if ostage == 1 and kw["head_dim"] == 128:
         assert cands[0].params["stages"] == 2 and cands[1].params["stages"] == _FIRST[128]["stages"]

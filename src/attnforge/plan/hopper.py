@@ -152,7 +152,24 @@ _FIRST_SM100 = {
 }
 
 
-HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "chain", "ostage", "occupancy"})
+HOPPER_PARAMS = frozenset({"BM", "BN", "warps", "stages", "pingpong", "overlap", "persistent", "chain", "ostage", "qreg", "occupancy"})
+
+
+def _q_in_registers(spec: AttentionSpec, first: dict[str, int]) -> bool:
+    """Whether the first choice keeps Q in registers for its QK^T GEMMs (``qreg = 1``, docs/TL.md section 11.5): each QK^T
+    GEMM then reads only K from shared memory, and a persistent kernel's next work tile's Q loads under this one's whole
+    tile loop. Measured on the H200 against the same kernels reading Q from Qs (bench/RESULTS.md, 2026-12-04 run 18 call 1,
+    bf16 and fp16, each verified first), where the two-warpgroup first choice is persistent at D = Dv <= 128: +4 to +6% at
+    1k keys (D = 64 and 128, causal and not), +1% at D = 128 and 16k keys; at 4k keys even (call 1: D = 128 full +1 / +3%,
+    GQA -2%, D = 64 causal -2 / -1%; call 4, 3 rounds: +1.0 / -0.6%, GQA +0.8%, D = 64 causal -0.4 / +0.4%), so left off
+    under a mask past 1k keys, where call 1 had it slower (the causal D = 128 kernels of one program per work tile, which
+    spilled 8 bytes until their Mask compared the keys' indices, compute._by_key_index: call 5, 3 rounds, +1.1% at 16k keys,
+    -1.3 / +0.3% at 4k; the tuning database takes the 16k ones). Not where it spills (three warpgroups at D = 64: 88-104
+    bytes; the persistent D = 128 kernel with ALiBi: 488, 64 without qreg), nor at
+    D = 256 (Q's 64 registers a thread do not fit beside the accumulator: the checker refuses it), nor with a score
+    modifier or a mask_mod."""
+    return (first.get("persistent") == 1 and first["warps"] == 8 and first.get("ostage") != 2 and spec.head_dim == spec.head_dim_v <= 128
+            and not score_mods(spec) and spec.mask_mod is None and not (_masked(spec) and spec.seqlen_k > 1024))
 
 
 def _hopper_reason(d: int, p: dict[str, int]) -> str:
@@ -170,6 +187,8 @@ def _hopper_reason(d: int, p: dict[str, int]) -> str:
         why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if d > 64 and p["stages"] == 2 else " beside the ring")
     elif p.get("ostage") == 2:
         why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
+    if p.get("qreg"):
+        why += ", Q in registers for every QK^T GEMM (Qs given back to the load warp once read)"
     return why
 
 
@@ -197,6 +216,8 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
             first["ostage"] = 2
         why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
+    if target.cc[0] == 9 and _q_in_registers(spec, first):  # (the fallbacks are the kernels measured before it, Q read from Qs)
+        out = [Candidate({**first, "qreg": 1}, _hopper_reason(d, {**first, "qreg": 1})), Candidate(first, "Q read from Qs by each QK^T GEMM")]
     chained = {**first, "chain": 1} if _chained(spec, target, first) else None  # (last: measured no faster)
     three, leads = (_three_warpgroups(spec, first) if target.cc[0] == 9 else None) or (None, False)
     if leads:  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)

@@ -335,6 +335,10 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_causal_bound_a_key_late", "hopper", "kernel", r"gl\.minimum\(\(Sk\) - 1, \(\(\(rows \+ Sk\) - Sq\)\)\)\)",
            "gl.minimum((Sk) - 1, (((rows + Sk) - Sq)) + 1))",
            "each row's upper key bound one past its diagonal: every row also sees the next query's key"),
+    # Q in registers (qreg = 1; the persistent kernel gives Qs back to the load warp once it has read it)
+    Mutant("gluon_qreg_qk_still_reads_qs", "hopper_persistent", "kernel", r"warpgroup_mma\(q_r, k_t", "warpgroup_mma(q_t, k_t",
+           "the QK^T GEMMs read Q from Qs after Qs was given back at the work tile's start: the load warp's copy of the next work "
+           "tile's Q may overwrite it under this tile's loop", every=True),
     Mutant("gluon_ostage_rows_of_one_warpgroup", "hopper_persistent", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "both warpgroup sets' TMA stores of O go to the first set's rows: the second half of every row tile is never written"),
     Mutant("gluon_ostage2_stores_the_other_warpgroups_rows", "hopper_o_via_q", "kernel", r"o_desc, \[(.*)\], Qs\.index\(WG\)\)",

@@ -51,6 +51,7 @@ def estimate(kernel: n.Kernel, env: dict, tgt: Target | None, report, events: li
         warps = max(b for _, _, b in ranges)
         res.threads = warps * 32
         res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=(ranges[0][2] - ranges[0][1]) * 32)
+        res.regs_per_thread += _q_registers(kernel, env, threads=(ranges[0][2] - ranges[0][1]) * 32)
     else:
         ranges = None
         res.regs_per_thread = _register_estimate(kernel, report_events=events, threads=res.threads)
@@ -261,6 +262,22 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
         live = sum(size[k] for k in start if (start[k] <= i < end[k]) or start[k] == i)
         peak = max(peak, live)
     return math.ceil(peak / 4 / threads) + REG_OVERHEAD
+
+
+def _q_registers(kernel: n.Kernel, env: dict, threads: int) -> int:
+    """A Hopper-form schedule (``qreg = 1``, docs/TL.md section 11.5): the first GEMM's shared operand (Q) also held in the
+    first role's registers across the tile loops, as its A operand."""
+    if kernel.param_map().get("qreg") != 1:
+        return 0
+    gemm = next((s for s in n.walk(kernel.body) if isinstance(s, n.Gemm)), None)
+    tile = next((a for a in n.walk(kernel.body) if isinstance(a, n.Allocate) and a.level == "shared" and a.name == gemm.a), None) if gemm else None
+    if tile is None:
+        return 0
+    try:
+        elems = math.prod(int(evaluate(d, env)) for d in tile.shape)
+    except (TLRuntimeError, OverflowError, ValueError):  # (reported where the shared tiles are sized)
+        return 0
+    return math.ceil(elems * FORMATS.get(kernel.dtype_map().get(tile.dtype, tile.dtype), FORMATS["fp32"]).bytes / 4 / threads)
 
 
 def _fresh(s: n.Stmt) -> bool:

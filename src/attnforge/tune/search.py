@@ -15,7 +15,7 @@ tiny shape: the search and the database work, but the times say nothing about a 
 A backend that translates the Hopper form (``tl_form == "hopper"``: gluon) is searched over that
 form's parameters instead: the planner's first choice, its best at each other count of compute
 warpgroups (BM and warps: ``hopper_order``), then the first choice's K/V tile width, ring depth and
-schedule switches (``pingpong``, ``overlap``, ``persistent``, ``ostage``); it has no interpreter, so
+schedule switches (``pingpong``, ``overlap``, ``persistent``, ``ostage``, ``qreg``); it has no interpreter, so
 it is tuned on its GPU only.
 """
 
@@ -107,8 +107,8 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     TMA box is refused by the translator)."""
     bm = first.get("BM", 128)
     axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
-            "persistent": [0, 1], "ostage": [0, 1, 2]}
-    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage"))
+            "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
+    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
 
 
 def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
@@ -129,7 +129,7 @@ def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
 # schedule switches, which move a kernel's register pressure as much as its tile does (a persistent causal D = 128 Hopper-form
 # kernel spilled storing O from registers, not through Qs; a chained one at D = 128 where the unchained did not); the portable
 # form's ``persistent`` counts too
-_REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage", "chain")
+_REGISTER_SWITCHES = ("pingpong", "overlap", "persistent", "ostage", "chain", "qreg")
 
 
 def _pruned(params: dict[str, int], by: list[tuple[str, dict[str, int]]], *, budget_by_warps: bool = False) -> bool:

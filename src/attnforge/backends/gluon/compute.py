@@ -72,7 +72,7 @@ def softmax_fn(m: Writer, loop: TileLoop, masked_from: str | None) -> None:
             m.emit(f"S = S * ({by} * {LOG2E})" if id(s) in m.base2.multiplies else f"S = S * ({by})", 1)
     if loop.mask is not None:
         m.tl(loop.mask, 1)
-        keep = _keep(m, loop.mask.keep, extra, q_rows, absolute=_loops_split(m))
+        keep = _keep(m, loop.mask.keep, extra, q_rows, absolute=_by_key_index(m))
         if masked_from is None:
             m.emit(f"S = gl.where({keep}, S, -float('inf'))", 1)
         else:  # tiles before ``split`` are seen whole by every row: no mask (MASKED: the loop may reach split, ``_tile_loops``)
@@ -131,8 +131,9 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str, absolute:
     with the tile's offsets. The offsets do not change from tile to tile, so the compiler keeps them in
     registers across the loop (BN / 4 a thread); the indices it folds into the compares. Compiled for
     sm_90a, the causal D = 64 kernel over three warpgroups (160 registers a thread, BM = 192, BN = 128):
-    the offsets spilled 40 bytes, the indices none. Two warpgroups keep the offsets (their kernels
-    were timed so)."""
+    the offsets spilled 40 bytes, the indices none; likewise the causal D = 128 kernel of one program per work tile
+    with Q in registers (``qreg``): 8 bytes with the offsets at 4k and 16k keys, none with the indices. The other
+    two-warpgroup kernels keep the offsets (they were timed so; ``_by_key_index``)."""
     bounds: dict[str, list[str]] = {"upper": [], "lower": []}
     rest = []
     for c in _conjuncts(keep):
@@ -159,6 +160,13 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str, absolute:
     return " & ".join(terms + rest)
 
 
+def _by_key_index(m: Writer) -> bool:
+    """Whether the Mask's per-row key bounds are compared with the keys' indices rather than the tile's key offsets
+    (``_keep``'s ``absolute``): where the offsets' registers across the loop made a kernel spill -- three or more
+    warpgroups, and Q in registers in a kernel of one program per work tile."""
+    return _loops_split(m) or (m.hk.q_in_registers and not m.hk.persistent)
+
+
 def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
     """The TL's Wait for tile ``at`` (the loop's own tile, the next one, the first or the last)."""
     index = m.ring_at(w.barrier.index, var, at) if w.barrier.index is not None else None
@@ -167,7 +175,14 @@ def _wait_tile(m: Writer, w: n.Wait, var: str, at: n.Expr, indent: int) -> None:
     m.emit(f"mbarrier.wait({m.bar(placed.barrier)}, {m.dev(placed.phase)})", indent)
 
 
-def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int, q: str = "q_t") -> None:
+def _q_operand(m: Writer) -> str:
+    """The QK^T GEMMs' A operand: the warpgroup's rows of Qs (``q_t``, shared memory), or with ``qreg`` those rows read
+    into registers once a work tile (``q_r``: ``_q_to_registers``)."""
+    return "q_r" if m.hk.q_in_registers else "q_t"
+
+
+def _issue_qk(m: Writer, t: TileLoop, at: n.Expr, indent: int, q: str | None = None) -> None:
+    q = q or _q_operand(m)
     m.tl(t.qk, indent)
     slot = m.dev(m.ring_at(t.qk.b_index, t.loop.var, at))
     m.emit(f"k_t = {t.qk.b}.index({slot}).reshape([BN, D]).permute((1, 0))", indent)
@@ -201,8 +216,9 @@ def release_k(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
         _arrive(m, t, t.k_release, at, indent)
 
 
-def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None, q: str = "q_t") -> None:
-    """The GEMMs issued in one ping-pong turn: tile ``qk``'s QK^T (with Q's tile ``q``), then tile ``pv``'s PV (either may be absent)."""
+def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None, q: str | None = None) -> None:
+    """The GEMMs issued in one ping-pong turn: tile ``qk``'s QK^T (with Q's tile ``q``, by default ``_q_operand``), then tile
+    ``pv``'s PV (either may be absent)."""
     _turn(m, indent, take=True)
     if qk is not None:
         _issue_qk(m, t, qk, indent, q)
@@ -254,7 +270,7 @@ def _first_tile(m: Writer, rt: str, indent: int) -> None:
     t = m.hk.loops[-1]
     _wait_tile(m, t.k_wait, t.loop.var, n.Name("lo"), indent)
     _in_turn(m, t, indent, qk=n.Name("lo"))
-    m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", indent)
+    m.emit(f"S, _, _ = warpgroup_mma_wait(0, deps=(S, {_q_operand(m)}, k_t))", indent)
     release_k(m, t, n.Name("lo"), indent)
     _first_scores(m, rt, indent)
 
@@ -290,10 +306,24 @@ def tile_bounds(m: Writer) -> None:
     else:
         m.tl(hk.q_wait, 1)
         m.emit(f"mbarrier.wait({_q_ready(m, 'tiles')})", 1)
+        if hk.q_in_registers:
+            _q_to_registers(m)
     for loop in hk.loops:
         m.tl(loop.loop, 1)
     for line in _bounds(m):
         m.emit(line, 1)
+
+
+def _q_to_registers(m: Writer) -> None:
+    """``qreg``: the warpgroup's rows of Qs read into registers as wgmma's A operand, once a work tile: each QK^T GEMM then
+    reads only K from shared memory (of a K/V tile's 80 KiB of shared reads a warpgroup at D = 128, Q's 16 KiB), and a
+    persistent kernel gives Qs back at once, so that the next work tile's Q loads under this one's whole tile loop
+    (rather than under its last PV GEMM and epilogue: ``_give_q_back``). The registers' cost: HM x D 16-bit values a
+    warpgroup, 32 a thread at D = 128 (the checker counts them)."""
+    m.emit("# qreg = 1: Q's rows into registers for every QK^T GEMM (wgmma's A from registers)", 1)
+    m.emit("q_r = q_t.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))", 1)
+    if m.hk.persistent:
+        m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back at once: the next work tile's Q loads under this one", 1)
 
 
 def _bounds(m: Writer) -> list[str]:
@@ -382,7 +412,7 @@ def compute_fn(m: Writer) -> None:
             _wait_tile(m, t.k_wait, j, J, 2)
             _in_turn(m, t, 2, qk=J)
             m.tl(n.WaitGemm(t.qk.out), 2)
-            m.emit("S, _, _ = warpgroup_mma_wait(0, deps=(S, q_t, k_t))", 2)
+            m.emit(f"S, _, _ = warpgroup_mma_wait(0, deps=(S, {_q_operand(m)}, k_t))", 2)
             release_k(m, t, J, 2)
             m.emit(_softmax_call(j, rt, masked), 2)
             m.emit("acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)", 2)
@@ -502,7 +532,7 @@ def _overlapped_loop(m: Writer, rt: str) -> None:
         _wait_tile(m, t.k_wait, j, J1, 2)
         _wait_tile(m, t.v_wait, j, J, 2)
         _in_turn(m, t, 2, qk=J1, pv=J)
-        m.emit("S, _, _ = warpgroup_mma_wait(1, deps=(S, q_t, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
+        m.emit(f"S, _, _ = warpgroup_mma_wait(1, deps=(S, {_q_operand(m)}, k_t))  # tile j + 1's QK^T is done (tile j's PV may not be)", 2)
         release_k(m, t, J1, 2)
         m.emit(_softmax_call(f"{j} + 1", rt, masked), 2)
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
@@ -533,7 +563,7 @@ def _give_q_back(m: Writer) -> None:
     """A persistent kernel's compute warpgroups are done with Qs once the work tile's last QK^T GEMM
     is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run
     (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``)."""
-    if m.hk.persistent and not m.hk.o_via_q:
+    if m.hk.persistent and not m.hk.o_via_q and not m.hk.q_in_registers:  # (qreg: given back once read, _q_to_registers)
         m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 1)
 
 

@@ -124,6 +124,12 @@ class HopperKernel:
         return self.params.get("ostage", 0) == 1
 
     @property
+    def q_in_registers(self) -> bool:
+        """``qreg = 1``: each warpgroup set reads its rows of Qs into registers once a work tile, and every QK^T GEMM takes
+        its A operand from them; a persistent kernel gives Qs back to the load warp right after that read."""
+        return bool(self.params.get("qreg", 0))
+
+    @property
     def persistent(self) -> bool:
         """One program per SM walks the grid's work tiles, each role carrying its ring position over."""
         return bool(self.params.get("persistent", 0))
@@ -317,6 +323,8 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
               hint="leave ostage out of the param line")
     if hk.params.get("ostage", 0) not in (0, 1, 2):
         _fail(hk.kernel, f"ostage = {hk.params['ostage']}", file, hint="ostage = 1 (O through a staging tile of its own) or 2 (through Qs)")
+    if hk.params.get("qreg", 0):
+        _check_q_in_registers(hk, file)
     if hk.ostage and O_STAGE_NAME in {**hk.shared, **hk.barriers}:
         _fail(hk.kernel, f"a buffer named {O_STAGE_NAME}: an ostage kernel's translator adds one of that name", file)
     got = [type(s).__name__ for s in hk.epilogue]
@@ -398,6 +406,23 @@ def _check_chain(hk: HopperKernel, file: str | None) -> None:
         _fail(hk.loops[0].loop, f"chain = 1 with a tile loop bounded by {', '.join(sorted(bounds & grid))}: the work tiles must walk the same "
               "K/V tiles (no causal or window bound), so that the next one's first tile follows this one's last in the ring", file,
               hint="leave chain out under a mask whose bounds move with the row tile")
+
+
+def _check_q_in_registers(hk: HopperKernel, file: str | None) -> None:
+    """What ``qreg = 1`` assumes: the sm_90 prefill kernel (decode's compute role writes Qs itself; sm_100's MMAs read
+    shared or tensor memory), Qs not written again before the work tile ends (``ostage = 2`` stores O there; ``chain``
+    reads the next work tile's Q from its other slots in this tile's last turn)."""
+    if hk.params["qreg"] != 1:
+        _fail(hk.kernel, f"qreg = {hk.params['qreg']}", file, hint="qreg = 1 (Q in registers for every QK^T GEMM), or leave qreg out")
+    if hk.split_kv or hk.blackwell:
+        what = "a split-KV partial kernel (its few rows of Q are the compute role's own copy)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
+        _fail(hk.kernel, f"qreg = 1 on {what}: the gluon backend keeps Q in registers in its sm_90 prefill kernel only", file,
+              hint="leave qreg out of the param line")
+    for name, on, why in (("ostage = 2", hk.o_via_q, "O leaves through Qs, which a persistent qreg kernel gives back to the "
+                           "load warp for the next work tile's Q as soon as it has read it (the translator does not combine the two)"),
+                          ("chain = 1", hk.chain, "the chained kernel reads the next work tile's Q from Qs in this tile's last turn")):
+        if on:
+            _fail(hk.kernel, f"qreg = 1 with {name}: {why}", file, hint=f"leave qreg out, or {name.split(' ')[0]} out")
 
 
 # The grids the emitted kernel recovers from its program id: a prefill's, and a split-KV partial
