@@ -563,6 +563,32 @@ def test_qk_gemms_reading_qs_after_its_early_hand_back_are_caught():
         _check_progress(_run(mutant.apply(source), spec, 2, 1000, 600, 3))
 
 
+_Q_TO_REGISTERS = r"^ *q_r = q_t\.load\(.*\n"
+_Q_BACK_AT_ONCE = r"^ *mbarrier\.arrive\(q_free, count=1\)  # Qs given back at once.*\n"
+_Q_WAIT = r"^ *mbarrier\.wait\(q_ready, .*\n"
+# qreg's early hand-back of Qs broken three ways (the review's plants, stop 34), each one edit of the source
+QREG_PLANTS = {
+    "Qs given back before it is read": lambda src: re.sub(_Q_TO_REGISTERS, "", src, flags=re.M).replace(
+        re.search(_Q_BACK_AT_ONCE, src, re.M).group(0), re.search(_Q_BACK_AT_ONCE, src, re.M).group(0) + re.search(_Q_TO_REGISTERS, src, re.M).group(0)),
+    "Qs given back twice a work tile": lambda src: re.sub(_Q_BACK_AT_ONCE, lambda mt: mt.group(0) * 2, src, flags=re.M),
+    "Q read before its wait": lambda src: re.sub(_Q_WAIT, "", src, flags=re.M).replace(
+        re.search(_Q_BACK_AT_ONCE, src, re.M).group(0), re.search(_Q_BACK_AT_ONCE, src, re.M).group(0) + re.search(_Q_WAIT, src, re.M).group(0)),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(QREG_PLANTS))
+def test_the_replay_catches_qs_given_back_early_or_twice_or_read_before_its_wait(plant):
+    """``qreg = 1``, persistent: the read of Qs into registers must come after Q's wait and before the hand-back on q_free,
+    once a work tile. Short rows (one or two K/V tiles a work tile) let the load warp run ahead to the next Q."""
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
+    source = _source(spec, {**FIRST, "persistent": 1, "ostage": 1, "qreg": 1})
+    text = QREG_PLANTS[plant](source)
+    assert text != source
+    _check_progress(_run(source, spec, 2, 1000, 130, 3))
+    with pytest.raises(AssertionError, match="reads Qs|deadlock"):
+        _check_progress(_run(text, spec, 2, 1000, 130, 3))
+
+
 def test_a_chained_kernel_refuses_a_call_without_keys(tmp_path):
     """Without K/V tiles a chained work tile leaves its Q barrier unwaited (``compute._chained_tiles``): the module's
     launch refuses Sk = 0 before it builds a descriptor."""

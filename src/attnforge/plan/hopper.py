@@ -217,7 +217,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         why = _hopper_reason(d, first)
     out = [Candidate(first, why)]
     if target.cc[0] == 9 and _q_in_registers(spec, first):  # (the fallbacks are the kernels measured before it, Q read from Qs)
-        out = [Candidate({**first, "qreg": 1}, _hopper_reason(d, {**first, "qreg": 1})), Candidate(first, "Q read from Qs by each QK^T GEMM")]
+        out = [Candidate({**first, "qreg": 1}, _hopper_reason(d, {**first, "qreg": 1})), Candidate(first, f"{why}; Q read from Qs by each QK^T GEMM (as measured before qreg)")]
     chained = {**first, "chain": 1} if _chained(spec, target, first) else None  # (last: measured no faster)
     three, leads = (_three_warpgroups(spec, first) if target.cc[0] == 9 else None) or (None, False)
     if leads:  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)

@@ -108,7 +108,9 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     bm = first.get("BM", 128)
     axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
             "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
-    return _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
+    # (Q in registers with O out through Qs: the translator refuses the pair)
+    grid = _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
+    return [p for p in grid if not (p.get("qreg") and p.get("ostage") == 2)]
 
 
 def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:

@@ -133,7 +133,7 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str, absolute:
     sm_90a, the causal D = 64 kernel over three warpgroups (160 registers a thread, BM = 192, BN = 128):
     the offsets spilled 40 bytes, the indices none; likewise the causal D = 128 kernel of one program per work tile
     with Q in registers (``qreg``): 8 bytes with the offsets at 4k and 16k keys, none with the indices. The other
-    two-warpgroup kernels keep the offsets (they were timed so; ``_by_key_index``)."""
+    kernels keep the offsets (they were timed so; ``_by_key_index``)."""
     bounds: dict[str, list[str]] = {"upper": [], "lower": []}
     rest = []
     for c in _conjuncts(keep):
@@ -162,8 +162,9 @@ def _keep(m: Writer, keep: n.Expr, extra: dict[str, str], q_rows: str, absolute:
 
 def _by_key_index(m: Writer) -> bool:
     """Whether the Mask's per-row key bounds are compared with the keys' indices rather than the tile's key offsets
-    (``_keep``'s ``absolute``): where the offsets' registers across the loop made a kernel spill -- three or more
-    warpgroups, and Q in registers in a kernel of one program per work tile."""
+    (``_keep``'s ``absolute``): where the offsets' registers across the loop made a kernel spill -- the tile loop written as
+    two (``_loops_split``: two TL loops, three or more warpgroups), and Q in registers in a kernel of one program per work
+    tile (measured there: the causal D = 128 kernels; any Mask of such a kernel is compared so)."""
     return _loops_split(m) or (m.hk.q_in_registers and not m.hk.persistent)
 
 
@@ -562,8 +563,9 @@ def _loops_split(m: Writer) -> bool:
 def _give_q_back(m: Writer) -> None:
     """A persistent kernel's compute warpgroups are done with Qs once the work tile's last QK^T GEMM
     is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run
-    (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``)."""
-    if m.hk.persistent and not m.hk.o_via_q and not m.hk.q_in_registers:  # (qreg: given back once read, _q_to_registers)
+    (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``; with ``qreg``, once Q is in registers:
+    ``_q_to_registers``)."""
+    if m.hk.persistent and not m.hk.o_via_q and not m.hk.q_in_registers:
         m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 1)
 
 

@@ -72,7 +72,7 @@ def _load_block(m: Writer, body: tuple[n.Stmt, ...], indent: int, ring_var: str 
                 bar = f"{bar}.index(tiles % 2)"
                 m.emit(f"mbarrier.wait({Q_FREE_NAME}.index(tiles % 2), (tiles // 2 + 1) % 2)  # the work tile two before is done with these slots of Qs", indent)
             elif m.hk.persistent and s.signal == m.hk.q_wait.barrier:
-                m.emit(f"mbarrier.wait({Q_FREE_NAME}, (tiles + 1) % 2)  # the previous work tile's QK^T GEMMs are done with Qs", indent)
+                m.emit(f"mbarrier.wait({Q_FREE_NAME}, (tiles + 1) % 2)  # the previous work tile is done reading Qs", indent)
             if desc == "q_desc" and m.q_parts > 1:  # (Writer.q_parts)
                 slot = "(tiles % 2) * SETS + w" if chained else "w"
                 m.emit(f"mbarrier.expect({bar}, SETS * {desc}.block_type.nbytes)", indent)

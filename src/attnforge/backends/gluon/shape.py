@@ -410,16 +410,17 @@ def _check_chain(hk: HopperKernel, file: str | None) -> None:
 
 def _check_q_in_registers(hk: HopperKernel, file: str | None) -> None:
     """What ``qreg = 1`` assumes: the sm_90 prefill kernel (decode's compute role writes Qs itself; sm_100's MMAs read
-    shared or tensor memory), Qs not written again before the work tile ends (``ostage = 2`` stores O there; ``chain``
-    reads the next work tile's Q from its other slots in this tile's last turn)."""
+    shared or tensor memory), and neither ``ostage = 2`` (not combined: in a persistent kernel O would go out through Qs
+    while the load warp may be copying the next work tile's Q there) nor ``chain`` (it reads the next work tile's Q from
+    Qs' other slots in this tile's last turn)."""
     if hk.params["qreg"] != 1:
         _fail(hk.kernel, f"qreg = {hk.params['qreg']}", file, hint="qreg = 1 (Q in registers for every QK^T GEMM), or leave qreg out")
     if hk.split_kv or hk.blackwell:
         what = "a split-KV partial kernel (its few rows of Q are the compute role's own copy)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
         _fail(hk.kernel, f"qreg = 1 on {what}: the gluon backend keeps Q in registers in its sm_90 prefill kernel only", file,
               hint="leave qreg out of the param line")
-    for name, on, why in (("ostage = 2", hk.o_via_q, "O leaves through Qs, which a persistent qreg kernel gives back to the "
-                           "load warp for the next work tile's Q as soon as it has read it (the translator does not combine the two)"),
+    for name, on, why in (("ostage = 2", hk.o_via_q, "the translator does not combine the two (in a persistent kernel O would "
+                           "go out through Qs while the load warp may be copying the next work tile's Q there)"),
                           ("chain = 1", hk.chain, "the chained kernel reads the next work tile's Q from Qs in this tile's last turn")):
         if on:
             _fail(hk.kernel, f"qreg = 1 with {name}: {why}", file, hint=f"leave qreg out, or {name.split(' ')[0]} out")
