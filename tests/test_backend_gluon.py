@@ -396,8 +396,27 @@ def test_q_in_registers_feeds_every_qk_gemm_from_registers(d, causal, tmp_path):
         ptx = next((tmp_path / f"b{q}").rglob("*.ptx")).read_text()
         # after the accumulators' register list: "{" (A from registers) or a 64-bit descriptor (A from shared memory)
         forms[q] = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16\s*\{[^}]*\},\s*(\{|%rd)", ptx))
+        if q:
+            _q_read_before_it_is_given_back(ptx)
     assert forms == {0: {"{", "%rd"}, 1: {"{"}}  # (PV's A, P, is always in registers)
     assert regs[1] - regs[0] == 64 * d * 2 // 4 // 128  # a warpgroup's 64 rows of Q over its 128 threads
+
+
+def _q_read_before_it_is_given_back(ptx: str) -> None:
+    """In a persistent qreg kernel's PTX: Q's ldmatrix loads (the registers the first QK^T wgmma takes as A) come after Q's
+    mbarrier wait, and a barrier of the warpgroup's 128 threads lies between them and the elected thread's arrival on
+    q_free, so no warp can still be reading Qs when the load warp may refill it (the replay takes the read as one step)."""
+    lines = ptx.splitlines()
+    loads = [i for i, line in enumerate(lines) if "ldmatrix" in line]
+    assert loads, "no ldmatrix: Q is not read into registers"
+    first = loads[0]
+    group = [i for i in loads if i - first < 16]  # the first run of loads
+    regs = {r for i in group for r in re.findall(r"%r\d+", lines[i].split("}")[0])}
+    gemm = next(line for line in lines[group[-1]:] if "wgmma.mma_async" in line)
+    assert set(re.findall(r"%r\d+", gemm.split("}, {")[1].split("}")[0])) <= regs, "the first QK^T does not take the loaded registers"
+    assert any("mbarrier.try_wait" in line for line in lines[:first]), "Q read before any wait"
+    arrive = next(i for i in range(group[-1], len(lines)) if "mbarrier.arrive" in lines[i])
+    assert any(re.search(r"bar\.sync\s+\d+, 128;", line) for line in lines[group[-1]:arrive]), "q_free arrived on before the warpgroup's loads are done"
 
 
 @pytest.mark.parametrize("over, words", [
