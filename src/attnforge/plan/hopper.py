@@ -108,9 +108,9 @@ def _three_warpgroups(spec: AttentionSpec, first: dict[str, int]) -> tuple[Candi
     - D = Dv = 64 under the causal mask past 4k keys (a program per work tile; its Mask compares the keys' indices with
       each row's bound, compute._keep, and spills none): first (run 15 call 2, head to head at 16k: 2.294 against
       2.500 ms fp16, 2.236 against 2.443 bf16). Up to 4k keys, where the two-warpgroup kernel is persistent: last, one
-      program per work tile (persistent at BM = 192 it spills 32 bytes; bench/gluon_spills.py, 4k x 4k); not timed
-      since that Mask (run 14's three-warpgroup kernels at 4k x 4k, which spilled 40 bytes, were 8-11% slower
-      persistent, 4-5% a program per work tile).
+      program per work tile (persistent at BM = 192 it spills 32 bytes; bench/gluon_spills.py, 4k x 4k); with that Mask,
+      run 18 call 8 (3 rounds, 4 x 32 x 4k x 4k): 0.983x fp16, 0.971x bf16 the shipped two-warpgroup kernel's speed (run 14's
+      three-warpgroup kernels there, which spilled 40 bytes, were 8-11% slower persistent, 4-5% a program per work tile).
     - D = Dv = 128 without a mask: last, with BN = 64 and a 4-slot ring (BN = 128 with the overlap spills 360 bytes,
       BN = 64 with 3 slots 48 at 16k; 4 slots none, 225 KiB of shared memory with O's staging tile up to 4k keys); run 15
       call 2: slower than two warpgroups at 4k (fp16) and 16k."""
