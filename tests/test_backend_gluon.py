@@ -410,7 +410,7 @@ def _q_read_before_it_is_given_back(ptx: str) -> None:
     loads = [i for i, line in enumerate(lines) if "ldmatrix" in line]
     assert loads, "no ldmatrix: Q is not read into registers"
     first = loads[0]
-    group = [i for i in loads if i - first < 16]  # the first run of loads
+    group = [i for k, i in enumerate(loads) if i - first == k]  # the first run of consecutive loads
     regs = {r for i in group for r in re.findall(r"%r\d+", lines[i].split("}")[0])}
     gemm = next(line for line in lines[group[-1]:] if "wgmma.mma_async" in line)
     assert set(re.findall(r"%r\d+", gemm.split("}, {")[1].split("}")[0])) <= regs, "the first QK^T does not take the loaded registers"

@@ -126,17 +126,15 @@ def _smem_breakdown(kernel: n.Kernel, env: dict) -> dict[str, int] | None:
         out = {}
         for s in n.walk(kernel.body):
             if isinstance(s, n.Allocate) and s.level == "shared":
-                elems = math.prod(int(evaluate(d, env)) for d in s.shape)
-                fmt = FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"])
                 ring = 1 if s.ring is None else int(evaluate(s.ring, env))
-                out[s.name] = elems * fmt.bytes * stages_of.get(s.name, 1) * ring
+                out[s.name] = _tile_bytes(s, env, dtypes) * stages_of.get(s.name, 1) * ring
             elif isinstance(s, n.Allocate) and s.level == n.BARRIER:
                 out[s.name] = BARRIER_BYTES * math.prod(int(evaluate(d, env)) for d in s.shape)
         if kernel.param_map().get("chain") == 1:
-            # a Hopper-form schedule (docs/TL.md section 11.5): Q (the first GEMM's shared operand) in a slot per work tile's parity
-            q = next((s.a for s in n.walk(kernel.body) if isinstance(s, n.Gemm) and s.a in out), None)
+            # a Hopper-form schedule (docs/TL.md section 11.5): Q in a slot per work tile's parity
+            q = _q_tile(kernel)
             if q is not None:
-                out[f"{q} (the next work tile's)"] = out[q]
+                out[f"{q.name} (the next work tile's)"] = out[q.name]
         if kernel.param_map().get("ostage") == 1 and {"BM", "Dv"} <= set(env):
             # a Hopper-form schedule (docs/TL.md section 11.5): O leaves through a BM x Dv shared tile (2: through Qs)
             out["o_stage"] = int(env["BM"]) * int(env["Dv"]) * FORMATS[dtypes.get("out", "fp16")].bytes
@@ -264,20 +262,29 @@ def _register_estimate(kernel: n.Kernel, report_events: list, threads: int) -> i
     return math.ceil(peak / 4 / threads) + REG_OVERHEAD
 
 
-def _q_registers(kernel: n.Kernel, env: dict, threads: int) -> int:
-    """A Hopper-form schedule (``qreg = 1``, docs/TL.md section 11.5): the first GEMM's shared operand (Q) also held in the
-    first role's registers across the tile loops, as its A operand."""
-    if kernel.param_map().get("qreg") != 1:
-        return 0
+def _tile_bytes(s: n.Allocate, env: dict, dtypes: dict) -> int:
+    """One copy of a tile: its elements times its format's bytes."""
+    return math.prod(int(evaluate(d, env)) for d in s.shape) * FORMATS.get(dtypes.get(s.dtype, s.dtype), FORMATS["fp32"]).bytes
+
+
+def _q_tile(kernel: n.Kernel) -> n.Allocate | None:
+    """The Hopper form's Q: the first GEMM's A operand, where it is a shared tile."""
     gemm = next((s for s in n.walk(kernel.body) if isinstance(s, n.Gemm)), None)
-    tile = next((a for a in n.walk(kernel.body) if isinstance(a, n.Allocate) and a.level == "shared" and a.name == gemm.a), None) if gemm else None
-    if tile is None:
+    if gemm is None:
+        return None
+    return next((s for s in n.walk(kernel.body) if isinstance(s, n.Allocate) and s.level == "shared" and s.name == gemm.a), None)
+
+
+def _q_registers(kernel: n.Kernel, env: dict, threads: int) -> int:
+    """A Hopper-form schedule (``qreg = 1``, docs/TL.md section 11.5): Q also held in the first role's registers across the
+    tile loops, as the QK^T GEMMs' A operand: one copy of its tile over the role's threads."""
+    q = _q_tile(kernel) if kernel.param_map().get("qreg") == 1 else None
+    if q is None:
         return 0
     try:
-        elems = math.prod(int(evaluate(d, env)) for d in tile.shape)
+        return math.ceil(_tile_bytes(q, env, kernel.dtype_map()) / 4 / threads)
     except (TLRuntimeError, OverflowError, ValueError):  # (reported where the shared tiles are sized)
         return 0
-    return math.ceil(elems * FORMATS.get(kernel.dtype_map().get(tile.dtype, tile.dtype), FORMATS["fp32"]).bytes / 4 / threads)
 
 
 def _fresh(s: n.Stmt) -> bool:
