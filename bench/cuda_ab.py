@@ -1,7 +1,13 @@
 """Versions of the CUDA backend's prefill kernels side by side on the local GPU: for each row, one
 generated file per version (built on the CPU from each version's source tree), each checked against
 SDPA's math backend in fp32 and timed as a CUDA graph of one call (the kernel alone, no host work)
-beside SDPA's flash (FlashAttention-2) and cuDNN backends, graphed alike, in rounds taken in turns.
+beside SDPA's flash (FlashAttention-2) and cuDNN backends, graphed alike, in rounds taken in turns,
+each round in a fresh order (seeded). The first version is also timed a second time, as ``LABEL@again``
+(another graph of the same kernel): its distance from the first is how far two times of one kernel
+land apart here, the least difference between versions that means anything. In a fixed order a kernel
+timed right after cuDNN ran 3-7% slower than the same kernel elsewhere in the round (bench/RESULTS.md,
+2026-12-04 run 19, call 6): that order made the D = 256 versions of runs 11 and 18 look 4-5% faster than
+the kernel they were measured against.
 
     # on the CPU, once per version (PYTHONPATH picks the version's source tree):
     PYTHONPATH=OLD/src python3 bench/cuda_ab.py build --out AB --label old
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -32,6 +39,11 @@ ROWS = {  # name: (B, Hq, Hkv, S, D, causal, dtype)
     "d128-s16k": (1, 16, 16, 16384, 128, False, "bf16"), "d256-s1k-fp16": (16, 8, 8, 1024, 256, False, "fp16"),
     "d256-s1k-causal": (16, 8, 8, 1024, 256, True, "bf16"), "d256-s16k": (1, 8, 8, 16384, 256, False, "bf16"),
     "d128-s1k-causal": (16, 16, 16, 1024, 128, True, "bf16"),
+    # the rest of the bench's D = 256 rows
+    "d256-s1k": (16, 8, 8, 1024, 256, False, "bf16"), "d256-s1k-causal-fp16": (16, 8, 8, 1024, 256, True, "fp16"),
+    "d256-s4k-fp16": (4, 8, 8, 4096, 256, False, "fp16"), "d256-s4k-causal-fp16": (4, 8, 8, 4096, 256, True, "fp16"),
+    "d256-s16k-fp16": (1, 8, 8, 16384, 256, False, "fp16"), "d256-s16k-causal": (1, 8, 8, 16384, 256, True, "bf16"),
+    "d256-s16k-causal-fp16": (1, 8, 8, 16384, 256, True, "fp16"),
 }
 
 
@@ -78,16 +90,21 @@ def time_versions(args: argparse.Namespace) -> None:
             torch.cuda.synchronize()
             errs[label] = float((o.float() - ref).abs().max())
             calls[label] = lambda kern=kern: kern(q, k, v, scale=scale)
+        if errs:  # the control: the first version again, its own graph
+            first = next(iter(errs))
+            calls[f"{first}@again"], errs[f"{first}@again"] = calls[first], errs[first]
         graphs = {name: captured(f) for name, f in calls.items()}
         times = {name: [] for name in calls}
-        for _ in range(args.rounds):  # rounds in turns: a drift of the machine touches every version alike
-            for name, g in graphs.items():
-                times[name].append(do_bench(g.replay, warmup=10, rep=args.rep_ms))
+        order, shuffle = list(graphs), random.Random(0).shuffle
+        for _ in range(args.rounds):  # a drift of the machine touches every version alike; none is always timed after cuDNN
+            shuffle(order)
+            for name in order:
+                times[name].append(do_bench(graphs[name].replay, warmup=10, rep=args.rep_ms))
         med = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
         print(f"{r}: flash {med['flash']:.3f} ms ({flops / med['flash'] / 1e9:.0f} TF/s), cudnn {med['cudnn']:.3f} ms "
               f"({flops / med['cudnn'] / 1e9:.0f} TF/s)", flush=True)
         for label in errs:
-            e = {"row": r, "version": label, "ms": med[label], "tflops": flops / med[label] / 1e9, "err": errs[label],
+            e = {"row": r, "version": label, "ms": med[label], "rounds_ms": times[label], "tflops": flops / med[label] / 1e9, "err": errs[label],
                  "vs_flash": med["flash"] / med[label], "vs_cudnn": med["cudnn"] / med[label]}
             results.append(e)
             print(f"  {label:14s} err {e['err']:.1e} {e['ms']:.3f} ms {e['tflops']:5.0f} TF/s  {e['vs_flash']:.3f}x flash  "
@@ -96,7 +113,7 @@ def time_versions(args: argparse.Namespace) -> None:
         del ref
         torch.cuda.empty_cache()
     print("\ngeomean vs flash by version:")
-    for label in labels:
+    for label in labels + [f"{labels[0]}@again"] if labels else []:
         xs = [e["vs_flash"] for e in results if e["version"] == label]
         if xs:
             print(f"  {label:14s} {math.exp(sum(map(math.log, xs)) / len(xs)):.3f}x over {len(xs)} rows "
