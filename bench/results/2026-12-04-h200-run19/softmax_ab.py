@@ -4,6 +4,7 @@ cases first (a spilling one refused); then cuDNN and the versions timed in turns
 
     python3 softmax_ab.py OUT exp2 [ROWS...]   # call 3: one exp2 in 8 / 4 / 2 on the FMA pipe (exp2_mix.py)
     python3 softmax_ab.py OUT tree [ROWS...]   # call 4: the row max (and sum) as a tree (tree_reduce.py)
+    python3 softmax_ab.py OUT rowsum [ROWS...] # prepared, not run: the row sum by the tensor cores (rowsum_mma.py)
 """
 import json, multiprocessing, statistics, sys, time
 from concurrent.futures import ProcessPoolExecutor
@@ -11,7 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, "bench")
 
-MODES = {"exp2": {"e8": (8, (0,)), "e4": (4, (0,)), "e2": (2, (0,))}, "tree": {"tree": "both", "tmax": "max"}}
+MODES = {"exp2": {"e8": (8, (0,)), "e4": (4, (0,)), "e2": (2, (0,))}, "tree": {"tree": "both", "tmax": "max"},
+         "rowsum": {"rowsum": None}}
 MODE = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] in MODES else "tree"
 VERSIONS = MODES[MODE]
 
@@ -21,6 +23,9 @@ def _transform(source: str, version: str, params: dict, dtype: str) -> tuple[str
         import exp2_mix
         pack, emulated = VERSIONS[version]
         return exp2_mix.patch(source, pack, emulated, 3 if dtype == "bf16" else 4)
+    if MODE == "rowsum":
+        import rowsum_mma
+        return rowsum_mma.patch(source)
     import tree_reduce
     return tree_reduce.patch(source, params["BN"], VERSIONS[version])
 
