@@ -6,8 +6,8 @@ each round in a fresh order (seeded). The first version is also timed a second t
 (another graph of the same kernel): its distance from the first is how far two times of one kernel
 land apart here, the least difference between versions that means anything. In a fixed order a kernel
 timed right after cuDNN ran 3-7% slower than the same kernel elsewhere in the round (bench/RESULTS.md,
-2026-12-04 run 19, call 6): that order made the D = 256 versions of runs 11 and 18 look 4-5% faster than
-the kernel they were measured against.
+2026-12-04 run 19, call 6): that order made the D = 256 versions of run 11 (call 4) and run 19 (calls 1
+and 5) look 4-5% faster than the kernel they were measured against.
 
     # on the CPU, once per version (PYTHONPATH picks the version's source tree):
     PYTHONPATH=OLD/src python3 bench/cuda_ab.py build --out AB --label old
@@ -113,11 +113,10 @@ def time_versions(args: argparse.Namespace) -> None:
         del ref
         torch.cuda.empty_cache()
     print("\ngeomean vs flash by version:")
-    for label in labels + [f"{labels[0]}@again"] if labels else []:
+    for label in dict.fromkeys(e["version"] for e in results):  # the versions, then the control, in their first row's order
         xs = [e["vs_flash"] for e in results if e["version"] == label]
-        if xs:
-            print(f"  {label:14s} {math.exp(sum(map(math.log, xs)) / len(xs)):.3f}x over {len(xs)} rows "
-                  f"(worst {min(xs):.3f}, best {max(xs):.3f})")
+        print(f"  {label:14s} {math.exp(sum(map(math.log, xs)) / len(xs)):.3f}x over {len(xs)} rows "
+              f"(worst {min(xs):.3f}, best {max(xs):.3f})")
 
 
 def main() -> None:
