@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 # mma.sync on Hopper reaches about 2/3 of the tensor cores' (wgmma) peak: FlashAttention-3
 # (Shah et al., arXiv 2407.08608, section 2), after Luo et al.'s Hopper microbenchmarks. Blackwell
 # (tcgen05) has no published mma.sync figure; the Hopper fraction is assumed there and said so.
+# Measured on the H200 (bench/RESULTS.md, run 20): m16n8k16 with its operands in registers, 634 TFLOPS
+# at 16 warps an SM (0.64 of the 989 datasheet figure), 616 at 8.
 MMA_SYNC_FRACTION = 2 / 3
 LSE_BYTES = 4  # the log-sum-exp is written in fp32
 WORD = "estimate"  # every line and field says it: a roofline from the table, not a timing
