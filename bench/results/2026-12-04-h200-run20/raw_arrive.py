@@ -17,6 +17,8 @@ import re
 
 ARRIVE = ("{ .reg .b32 t, a; .reg .pred p; mov.u32 t, %tid.x; and.b32 t, t, 127; setp.eq.u32 p, t, 0; "
           "mov.b32 a, global_smem; add.s32 a, a, $1; @p mbarrier.arrive.shared::cta.b64 _, [a]; mov.u32 $0, 0; }")
+SYNCED_ARRIVE = "bar.sync $2, 128; " + ARRIVE  # the warpgroup's own named barrier first: Q's ldmatrix reads must be done
+Q_BARRIER = 8  # named barriers 8 + WG for Q's release (Triton's own are 0-2, the turns 16 - SETS + WG; checked_offsets checks)
 WAIT = ("{ .reg .b32 a; .reg .pred p; mov.b32 a, global_smem; add.s32 a, a, $1; "
         "spin: mbarrier.try_wait.parity.shared::cta.b64 p, [a], $2; @!p bra.uni spin; mov.u32 $0, 0; }")
 
@@ -68,10 +70,16 @@ def jit_ptx(src: str, scale_positive: bool) -> str:
 
 
 def checked_offsets(src: str) -> dict[str, int]:
-    """The barriers' offsets in ``src`` compiled as the launch will (both signs of the scale); raises if they differ."""
-    seen = [barrier_offsets(src, jit_ptx(src, positive)) for positive in (True, False)]
+    """The barriers' offsets in ``src`` compiled as the launch will (both signs of the scale); raises if they differ, or
+    if Triton's code uses a named barrier of Q_BARRIER's range."""
+    ptxs = [jit_ptx(src, positive) for positive in (True, False)]
+    seen = [barrier_offsets(src, ptx) for ptx in ptxs]
     if seen[0] != seen[1]:
         raise ValueError(f"raw_arrive: the barriers sit at {seen[0]} for a positive scale, {seen[1]} otherwise")
+    sets = int(re.search(r"^SETS = gl\.constexpr\((\d+)\)", src, re.M).group(1))
+    used = {int(i) for ptx in ptxs for i in re.findall(r"\bbar(?:rier)?\.sync\s+(\d+)", ptx)}
+    if used & set(range(Q_BARRIER, Q_BARRIER + sets)) or Q_BARRIER + sets > 16 - sets:
+        raise ValueError(f"raw_arrive: named barriers {sorted(used)} in use; {Q_BARRIER}..{Q_BARRIER + sets - 1} are not free")
     return seen[0]
 
 
@@ -85,15 +93,24 @@ def unspecialised(src: str) -> str:
     return t
 
 
-def patch(src: str, offsets: dict[str, int], waits: bool = False) -> tuple[str, int]:
+def patch(src: str, offsets: dict[str, int], waits: bool = False, qfree: bool = False) -> tuple[str, int]:
     """The K and V slots' arrivals as inline asm; with ``waits``, the consumers' waits for K and V too (the membar pass
-    also puts a bar.sync before an mbarrier.wait that follows one on the same barrier array)."""
+    also puts a bar.sync before an mbarrier.wait that follows one on the same barrier array); with ``qfree``, Q's release
+    too, after a named barrier of the warpgroup's own. (The membar pass takes a Gluon arrive for a write to all of shared
+    memory; Q's release reaches the K/V loop through the path where the first-tile block is skipped, and so puts a
+    bar.sync before the loop's first shared-memory access, every iteration. Compiled for sm_90a, the D = 64 1k kernel's
+    warpgroup bar.syncs: 34 unpatched, 26 with ``waits``, 18 with ``qfree`` too, none of them left in the K/V loop.)"""
     n = 0
     helper = ("@gluon.jit\n"
               "def _arrive_raw(offset):\n"
               "    one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])\n"
               f"    gl.inline_asm_elementwise({ARRIVE!r}, '=r,r', [gl.full([32 * WG_WARPS], offset, gl.int32, one_a_thread)], "
               "dtype=gl.int32, is_pure=False, pack=1)\n\n"
+              "@gluon.jit\n"
+              "def _arrive_synced(offset, barrier_id):\n"
+              "    one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])\n"
+              f"    gl.inline_asm_elementwise({SYNCED_ARRIVE!r}, '=r,r,r', [gl.full([32 * WG_WARPS], offset, gl.int32, one_a_thread), "
+              "gl.full([32 * WG_WARPS], barrier_id, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)\n\n"
               "@gluon.jit\n"
               "def _wait_raw(offset, phase):\n"
               "    one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])\n"
@@ -116,4 +133,7 @@ def patch(src: str, offsets: dict[str, int], waits: bool = False) -> tuple[str, 
                 raise ValueError(f"raw_arrive: no mbarrier.wait({name}...) in _compute")
             n += k
         t = head + sep + body + sep2 + tail
+    if qfree and "q_free" in offsets:  # (a kernel that is not persistent has no q_free: then as with waits alone)
+        t, k = re.subn(r"mbarrier\.arrive\(q_free, count=1\)", f"_arrive_synced({offsets['q_free']}, {Q_BARRIER} + WG)", t)
+        n += k
     return t, n

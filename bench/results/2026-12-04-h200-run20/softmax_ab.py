@@ -20,7 +20,8 @@ sys.path.insert(0, "bench")
 MODES = {"exp2": {"e8": (8, (0,)), "e4": (4, (0,)), "e2": (2, (0,))}, "tree": {"tree": "both", "tmax": "max"},
          "rowsum": {"rowsum": None, "ctl": None},  # ctl: the shipped source again, a control
          "lazy": {"lazy32": 32, "ctl": None},
-         "raw": {"unspec": None, "arrive": False, "waits": True, "ctl": None}}  # unspec: the shipped kernel unspecialised
+         # unspec: the shipped kernel unspecialised; waits: K/V released and waited for in asm; all: and Q released
+         "raw": {"unspec": None, "waits": (True, False), "all": (True, True), "ctl": None}}
 MODE = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] in MODES else "tree"
 VERSIONS = MODES[MODE]
 
@@ -47,12 +48,12 @@ def _transform(source: str, version: str, params: dict, dtype: str) -> tuple[str
     return tree_reduce.patch(source, params["BN"], VERSIONS[version])
 
 
-def _raw(source: str, waits: bool) -> tuple[str, int]:
+def _raw(source: str, how: tuple[bool, bool]) -> tuple[str, int]:
     """raw_arrive's patch of the unspecialised kernel, its barrier offsets checked before and after (see raw_arrive.py)."""
     import raw_arrive
     base = raw_arrive.unspecialised(source)
     offsets = raw_arrive.checked_offsets(base)
-    text, n = raw_arrive.patch(base, offsets, waits=waits)
+    text, n = raw_arrive.patch(base, offsets, waits=how[0], qfree=how[1])
     if raw_arrive.checked_offsets(text) != offsets:  # the asm's constant offsets must still be the allocator's
         raise ValueError("raw_arrive: the patched kernel's barriers moved")
     return text, n
