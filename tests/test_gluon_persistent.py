@@ -444,6 +444,9 @@ SPECS = {
                        dict(BM=192, BN=128, warps=12, stages=4, pingpong=1)),
     "three-sets-overlap": (AttentionSpec(heads=2, kv_heads=2, head_dim=128, dtype="fp16"),
                            dict(BM=192, BN=64, warps=12, stages=4, pingpong=1, overlap=1)),
+    # four (BM = 256, the planner's first choice at D = 64 up to 1k rows without a mask: plan/hopper._four_warpgroups)
+    "four-sets-d64": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16"),
+                      dict(BM=256, BN=64, warps=16, stages=6, pingpong=1, overlap=1)),
 }
 
 
@@ -452,7 +455,7 @@ SPECS = {
        programs=st.integers(1, 7), persistent=st.booleans(), ostage=st.sampled_from([0, 1, 2]), qreg=st.booleans())
 def test_every_program_reads_the_tiles_its_load_warp_copied(key, B, Sq, Sk, programs, persistent, ostage, qreg):
     spec, params = SPECS[key]
-    qreg = qreg and ostage != 2  # (O through Qs and Q in registers: refused, test_backend_gluon's)
+    qreg = qreg and ostage != 2 and spec.window_left is None  # (Q in registers with O through Qs or a window: refused, test_backend_gluon's)
     source = _source(spec, {**params, **({"persistent": 1} if persistent else {}), **({"ostage": ostage} if ostage else {}),
                             **({"qreg": 1} if qreg else {})})
     assert ("async_copy_shared_to_global" in source) == bool(ostage)
@@ -617,16 +620,16 @@ def test_the_planner_offers_the_chained_d64_kernel_last():
     def cands(target=H200, **kw):
         return [c.params for c in hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), target)]
 
-    short = cands(head_dim=64, seqlen_q=1024, seqlen_k=1024)
-    assert short[0] == {**short[1], "qreg": 1}  # (the chain has Q in Qs: the next work tile's is read from its other slots)
-    assert short[-1] == {**short[1], "chain": 1} and all("chain" not in c for c in short[:-1])
+    short = cands(head_dim=64, seqlen_q=1024, seqlen_k=1024)  # (first: four warpgroups, plan.hopper._four_warpgroups)
+    assert short[0]["BM"] == 256 and short[1] == {**short[2], "qreg": 1}  # (the chain has Q in Qs: the next work tile's is read from its other slots)
+    assert short[-1] == {**short[2], "chain": 1} and all("chain" not in c for c in short[:-1])
     assert all("chain" not in c for c in cands(head_dim=64, causal=True) + cands(head_dim=128) + cands(head_dim=64, window_left=64, window_right=0)
                + cands(get_target("b200"), head_dim=64))
     long = cands(head_dim=64, seqlen_q=4096, seqlen_k=4096)
     assert long[0]["BM"] == 192 and long[1] == {**long[2], "qreg": 1} and long[-1] == {**long[2], "chain": 1}
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16")
     sizes = [check(parse(hopper_source(spec, H200, p), file="kernel.tl"), H200, head_dim=64, head_dim_v=64).resources[0].smem_bytes
-             for p in (short[-1], short[1])]
+             for p in (short[-1], short[2])]
     assert sizes[0] - sizes[1] == 128 * 64 * 2  # Q's tile again: BM x D in bf16
 
 
@@ -724,16 +727,18 @@ def test_a_first_turn_never_passed_is_a_deadlock():
         _check_progress(_run(mutant.apply(source), spec, 1, 300, 500, 1))
 
 
-def test_three_warpgroups_pass_the_turn_round_and_the_last_passes_first():
-    """With three warpgroup sets each passes its turn to the next (2 to 0): the last one's up-front pass lets warpgroup 0
-    go first; without it every warpgroup waits for the one before it, and a pass back to the one before also stops."""
+@pytest.mark.parametrize("key", ["three-sets-d64", "four-sets-d64"])
+def test_warpgroup_sets_pass_the_turn_round_and_the_last_passes_first(key):
+    """With three (four) warpgroup sets each passes its turn to the next (the last to 0): the last one's up-front pass lets
+    warpgroup 0 go first; without it every warpgroup waits for the one before it, and a pass back to the one before also stops."""
     from attnforge.selftest.mutants import GLUON_MUTANTS
 
-    spec, params = SPECS["three-sets-d64"]
+    spec, params = SPECS[key]
+    sets = params["warps"] // 4
     source = _source(spec, {**params, "persistent": 1, "ostage": 1})
-    assert "(_compute, (2, " in source and "if WG == SETS - 1:" in source
+    assert f"(_compute, ({sets - 1}, " in source and "if WG == SETS - 1:" in source
     runs = _run(source, spec, 2, 500, 700, 2)
-    assert {r for roles in runs.values() for r in roles} == {"load", "compute0", "compute1", "compute2"}
+    assert {r for roles in runs.values() for r in roles} == {"load", *(f"compute{wg}" for wg in range(sets))}
     _check_progress(runs)
     (mutant,) = [m for m in GLUON_MUTANTS if m.name == "gluon_first_turn_never_passed"]
     with pytest.raises(AssertionError, match="deadlock"):
@@ -805,6 +810,8 @@ def test_the_planner_stores_o_by_tma_where_it_was_measured_faster(kw, ostage):
     cands = hopper_candidates(AttentionSpec(heads=16, kv_heads=16, dtype="bf16", **kw), H200)
     # the two-warpgroup chain: a three-warpgroup candidate after it (plan/hopper._three_warpgroups) is test_backend_gluon's
     cands = [c for i, c in enumerate(cands) if i == 0 or c.params["BM"] != 192]
+    # the four-warpgroup first choice at D = 64 up to 1k rows (plan/hopper._four_warpgroups): test_backend_gluon's
+    cands = [c for c in cands if c.params["BM"] != 256]
     cands = [c for c in cands if not c.params.get("chain")]  # (the chained kernel last at D = 64: test_the_planner_offers_...)
     cands = [c for c in cands if not c.params.get("qreg")]  # (Q in registers first where measured: test_backend_gluon's)
     assert cands[0].params.get("ostage", 0) == ostage

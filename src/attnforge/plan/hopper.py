@@ -129,6 +129,31 @@ def _three_warpgroups(spec: AttentionSpec, first: dict[str, int]) -> tuple[Candi
     return None
 
 
+# Four compute warpgroups at D = Dv = 64 (BM = 256, 16 compute warps at 112 registers a thread, BN = 64: BN = 128 does not
+# fit them), with the overlap, persistent, 6 ring slots beside O's staging tile (164 KiB).
+_FOUR_SETS = dict(BM=256, BN=64, warps=16, stages=6)
+
+
+def _four_warpgroups(spec: AttentionSpec, target: Target, first: dict[str, int]) -> Candidate | None:
+    """The first choice of four compute warpgroups in ping-pong (``_FOUR_SETS`` over the two-warpgroup first choice
+    ``first``, without Q in registers: with it the kernel spills 96 bytes) where it was measured faster: on sm_90 at
+    D = Dv = 64 without a mask, a mask_mod or a score modifier, 512 to 1024 query rows against as many keys or fewer, where
+    256-row tiles pad Sq no more than 128-row ones do. Each warpgroup's softmax has three others' GEMMs to hide under, and 1k
+    rows are four whole tiles (three warpgroups' 192 rows pad them by an eighth). Measured on the H200 against the
+    two-warpgroup kernel (bench/RESULTS.md, 2026-12-04 run 21, each verified first, 3 rounds, 32 heads): 16 x 1k x 1k
+    +4.0 / +3.2% (fp16 / bf16, call 4), +3.9 / +6.3% (call 5); 32 x 512 x 512 +3.3 / +3.3%; at 8 x 2k x 2k 4% slower than
+    three warpgroups, and 4-8% at 4k and 16k keys (call 4). Under the causal mask it spills 8 bytes with the overlap and
+    runs 14-24% slower without it (call 4)."""
+    if (target.cc[0] != 9 or (spec.head_dim, spec.head_dim_v) != (64, 64) or spec.is_decode or _masked(spec) or score_mods(spec)
+            or not 512 <= spec.seqlen_q <= 1024 or spec.seqlen_k > 1024 or first.get("ostage") != 1):
+        return None
+    if -(-spec.seqlen_q // 256) * 256 > -(-spec.seqlen_q // 128) * 128:  # 256-row tiles would pad more rows
+        return None
+    params = {**first, **_FOUR_SETS}
+    params.pop("qreg", None)
+    return Candidate(params, _hopper_reason(64, params))
+
+
 def _chained(spec: AttentionSpec, target: Target, first: dict[str, int]) -> bool:
     """Whether the planner offers the first choice with its work tiles chained (``chain = 1``, docs/TL.md section 11.5:
     the next work tile's first QK^T GEMM in the turn of this one's last PV GEMM, Q in a slot per tile parity), as its
@@ -223,6 +248,9 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     if leads:  # first where measured faster, else after the two-warpgroup fallbacks (hopper_order times it second)
         out.insert(0, three)
         three = None
+    four = _four_warpgroups(spec, target, first)
+    if four is not None:  # (where it is offered it was measured faster: first)
+        out.insert(0, four)
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))

@@ -421,9 +421,16 @@ def _check_q_in_registers(hk: HopperKernel, file: str | None) -> None:
               hint="leave qreg out of the param line")
     for name, on, why in (("ostage = 2", hk.o_via_q, "the translator does not combine the two (in a persistent kernel O would "
                            "go out through Qs while the load warp may be copying the next work tile's Q there)"),
-                          ("chain = 1", hk.chain, "the chained kernel reads the next work tile's Q from Qs in this tile's last turn")):
+                          ("chain = 1", hk.chain, "the chained kernel reads the next work tile's Q from Qs in this tile's last turn"),
+                          # verified wrong on the H200 (bench/RESULTS.md 2026-12-04 run 21, calls 5-6): one program per work
+                          # tile, BN = 64, no overlap, two or four warpgroups, |O - ref| up to 1.09; the same text reading Q
+                          # from Qs passed, with the Mask's bounds compared either way; with the overlap at BN = 128 it
+                          # passed (run 18). The cause is not found: refused until it is.
+                          ("a window", "window" in hk.kernel.feature_map(), "the window kernel with Q in registers computed wrong "
+                           "outputs on the H200 (2026-12-04: BN = 64 without the overlap, two and four warpgroups; the same "
+                           "kernel reading Q from Qs verified); the cause is not found")):
         if on:
-            _fail(hk.kernel, f"qreg = 1 with {name}: {why}", file, hint=f"leave qreg out, or {name.split(' ')[0]} out")
+            _fail(hk.kernel, f"qreg = 1 with {name}: {why}", file, hint=f"leave qreg out, or {name.split(' ')[-1]} out")
 
 
 # The grids the emitted kernel recovers from its program id: a prefill's, and a split-KV partial
