@@ -10,10 +10,10 @@ For each prefill row of the bench matrix (``--rows``: name substrings; default a
 tuning database holds for the gluon backend on the row's bucket (the planner's first choice if none),
 and the same with the switch on (the db's without it), or with each of ``--variants``' overrides. Phase 1 builds every kernel, refuses
 one that spills or overflows shared memory as generate's gate does (``compile_report.check_fits``), and verifies the rest (``verify.verify``: the
-gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own, and
-also verifies the switch on the feature specs below (at D <= 64 for ostage) (window, ALiBi, softcap, GQA/MQA, odd lengths,
-both causal alignments), which are not timed. Phase 2, one process: per row, cuDNN (SDPA), the
-database's kernel and the switched one timed in turns (CUDA events, ``do_bench`` median, L2 flushed),
+gate's cases against the float64 reference), ``--jobs`` at a time, each in a process of its own killed at ``--deadline``
+(a hung kernel fails its own job), and also verifies the switch on the feature specs below (at D <= 64 for ostage) (window,
+ALiBi, softcap, GQA/MQA, odd lengths, both causal alignments), which are not timed. Phase 2, a process a row with a
+deadline: cuDNN (SDPA), the database's kernel and the switched one timed in turns (CUDA events, ``do_bench`` median, L2 flushed),
 ``--rounds`` rounds, the median of the round medians. Writes SWITCH.json (with ``--variants``: the variants'
 names joined) and prints a table.
 """
@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 # (name, AttentionSpec keywords): the switch verified beyond the bench rows' plain causal and full
@@ -92,6 +90,45 @@ def _build_and_verify(job: tuple) -> dict:
         return dict(name=name, params=params, ok=False, why=f"{type(e).__name__}: {str(e)[:400]}", seconds=round(time.time() - t0, 1))
 
 
+JOB_DEADLINE_S = 240.0  # a build and the gate's cases take under a minute on the H200; past this the kernel is taken as hung
+
+
+def _build_and_verify_in_child(job: tuple, deadline_s: float = JOB_DEADLINE_S) -> dict:
+    """``_build_and_verify(job)`` in a fresh Python process (this script's ``--child-job`` mode), killed with its CUDA
+    context if it has not answered within ``deadline_s``: a kernel that hangs costs its own job, not the whole run."""
+    import subprocess
+
+    name, params = job[0], job[2]
+    try:
+        done = subprocess.run([sys.executable, __file__, "--child-job", json.dumps(job)], capture_output=True, text=True,
+                              timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        return dict(name=name, params=params, ok=False, why=f"no result within {deadline_s:.0f} s: taken as hung, killed")
+    line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("RESULT ")), None)
+    if line is None:
+        return dict(name=name, params=params, ok=False,
+                    why=f"the child exited {done.returncode} without a result: {done.stderr.strip()[-300:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def _time_row_in_child(row_name: str, modules: dict[str, str], rounds: int, deadline_s: float) -> dict | None:
+    """``_time_row`` in a fresh process (``--child-time``), killed at ``deadline_s``: a kernel can pass the gate's cases and
+    still hang on the row's shape. None (and a line saying why) when it gave no result."""
+    import subprocess
+
+    try:
+        done = subprocess.run([sys.executable, __file__, "--child-time", json.dumps([row_name, modules, rounds])], capture_output=True,
+                              text=True, timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        print(f"{row_name}: no timing within {deadline_s:.0f} s: taken as hung, killed", flush=True)
+        return None
+    line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("RESULT ")), None)
+    if line is None:
+        print(f"{row_name}: the timing child exited {done.returncode} without a result: {done.stderr.strip()[-300:]}", flush=True)
+        return None
+    return json.loads(line[len("RESULT "):])
+
+
 def _time_row(row, modules: dict[str, str], rounds: int) -> dict:
     import torch
     import torch.nn.functional as F
@@ -144,6 +181,18 @@ def _apply(base: dict[str, int], overrides: dict[str, int]) -> dict[str, int]:
 
 
 def main() -> int:
+    if "--child-job" in sys.argv:  # a child of _build_and_verify_in_child: one job, its result as the last line
+        job = tuple(json.loads(sys.argv[sys.argv.index("--child-job") + 1]))
+        print("RESULT " + json.dumps(_build_and_verify(job), default=str), flush=True)
+        return 0
+    if "--child-time" in sys.argv:  # a child of _time_row_in_child
+        from attnforge.bench.matrix import full_matrix
+
+        row_name, modules, rounds = json.loads(sys.argv[sys.argv.index("--child-time") + 1])
+        print("RESULT " + json.dumps(_time_row(next(r for r in full_matrix() if r.name == row_name), modules, rounds)), flush=True)
+        return 0
+    from concurrent.futures import ThreadPoolExecutor
+
     from attnforge.bench.matrix import full_matrix, select
     from attnforge.spec import AttentionSpec
 
@@ -152,6 +201,8 @@ def main() -> int:
     ap.add_argument("--rows", default="", help="comma-separated row name substrings (default: every prefill row)")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--deadline", type=float, default=JOB_DEADLINE_S, metavar="S",
+                    help=f"seconds a build and its gate may take before the kernel is taken as hung (default {JOB_DEADLINE_S:.0f})")
     ap.add_argument("--allow-spill", type=int, default=0, metavar="BYTES",
                     help="time kernels that spill up to BYTES a thread too (the gate refuses every spill; this measures what one costs)")
     ap.add_argument("--switch", default="persistent", choices=("persistent", "ostage"),
@@ -195,8 +246,8 @@ def main() -> int:
                 jobs.append((f"feature-{feature}@{name}", fkw, params, str(args.out), args.allow_spill))
     t0 = time.time()
     built: dict[str, dict] = {}
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # (no CUDA context forked)
-        for result in pool.map(_build_and_verify, jobs):
+    with ThreadPoolExecutor(args.jobs) as pool:  # each job a process of its own (no CUDA context forked), killed at its deadline
+        for result in pool.map(lambda job: _build_and_verify_in_child(job, args.deadline), jobs):
             built[result["name"]] = result
             print(f"{'PASS' if result['ok'] else 'FAIL'} {result['name']} {result['params']} ({result.get('seconds')} s"
                   f"{', spills %d B' % result['spill_bytes'] if result.get('spill_bytes') else ''})"
@@ -207,7 +258,9 @@ def main() -> int:
         own = [v for v, same in same_as[row.name].items() if v == same]
         modules = {v: built[f"{row.name}@{v}"]["module"] for v in own if built[f"{row.name}@{v}"]["ok"]}
         if modules:
-            t = _time_row(row, modules, args.rounds)
+            t = _time_row_in_child(row.name, modules, args.rounds, args.deadline + 60 * len(modules))
+            if t is None:
+                continue
             # a variant whose parameters equal an earlier one's is that kernel: its ratio, not a second timing
             t["ratio"].update({v: t["ratio"][same] for v, same in same_as[row.name].items() if v != same and same in t["ratio"]})
             t["same_as"] = {v: same for v, same in same_as[row.name].items() if v != same}

@@ -1309,6 +1309,25 @@ def test_the_ab_tool_refuses_a_kernel_that_spills_before_it_verifies_it(tmp_path
     assert not result["ok"] and "DoesNotFitError" in result["why"] and "spills" in result["why"], result["why"]
 
 
+def test_the_ab_tool_runs_each_job_in_a_child_killed_at_its_deadline(tmp_path, monkeypatch):
+    """bench/gluon_persistent.py builds and verifies each kernel in a process of its own: its result comes back as the job's
+    (the D = 256 kernel that spills, refused), and a child that does not answer within the deadline is taken as hung."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1] / "src"))
+    sys.modules.pop("gluon_persistent", None)
+    import gluon_persistent
+
+    kw = dict(heads=4, kv_heads=4, head_dim=256, dtype="bf16", seqlen_q=1024, seqlen_k=1024)
+    job = ("d256", kw, dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, ostage=2, persistent=1), str(tmp_path))
+    result = gluon_persistent._build_and_verify_in_child(job, 300.0)
+    assert not result["ok"] and result["name"] == "d256" and "DoesNotFitError" in result["why"], result["why"]
+    late = gluon_persistent._build_and_verify_in_child(job, 0.05)
+    assert not late["ok"] and "taken as hung" in late["why"] and late["params"] == job[2]
+
+
 def test_a_mutant_is_taken_as_hung_only_well_past_its_controls_time():
     """The GPU check's hang rule: a multiple of the control's seconds (a slow build is not a hang), never under the floor."""
     from attnforge.backends.gluon.gpucheck import MUTANT_DEADLINE_S, mutant_deadline
