@@ -38,6 +38,8 @@ run fp16_scoremod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 5
 run fp16_maskmod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --mask-mod "(q_idx + kv_idx) % 3 != 0"
 # past 1k query rows at D = 64 without a mask: three compute warpgroups (BM = 192, plan/hopper._three_warpgroups)
 run fp16_d64_three_sets --dtype fp16 --head-dim 64 --heads 4 --kv-heads 2 --seqlen-q 1500 --seqlen-k 1333
+# 512 to 1024 query rows at D = 64 without a mask: four (BM = 256, plan/hopper._four_warpgroups)
+run bf16_d64_four_sets --dtype bf16 --head-dim 64 --heads 4 --kv-heads 2 --seqlen-q 1000 --seqlen-k 1000
 run bf16_d64_three_sets_gqa --dtype bf16 --head-dim 64 --batch 2 --heads 8 --kv-heads 2 --seqlen-q 2100 --seqlen-k 2100
 run bf16_mqa_b3 --dtype bf16 --head-dim 128 --batch 3 --heads 8 --kv-heads 1 --seqlen-q 257 --seqlen-k 513 --causal
 # split-KV decode (the split count chosen per call; packed GQA where Hq > Hkv) and decode-verify (Sq 2..16, packed)
