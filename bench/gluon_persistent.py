@@ -52,9 +52,9 @@ def _params(spec) -> dict[str, int]:
 
 
 def _build_and_verify(job: tuple) -> dict:
-    """Child: translate the Hopper-form plan with ``params``, verify it natively, and launch it once on
-    the row's shape (``shape``: spec keywords or None) so that phase 2 finds it compiled. ``job``: (name, spec keywords,
-    params, out[, spill bytes allowed a thread]): the gate refuses any spill; allowing some only measures what it costs."""
+    """Translate the Hopper-form plan with ``params``, compile it, refuse it as the gate would (a spill, shared memory
+    over the limit), and verify it natively. ``job``: (name, spec keywords, params, out[, spill bytes allowed a thread]):
+    the gate refuses any spill; allowing some only measures what it costs."""
     name, spec_kw, params, out, *rest = job
     allow_spill = rest[0] if rest else 0
     from attnforge.backends.gluon import GluonBackend
@@ -253,13 +253,14 @@ def main() -> int:
                   f"{', spills %d B' % result['spill_bytes'] if result.get('spill_bytes') else ''})"
                   + ("" if result["ok"] else f": {result['why'][:300]}"), flush=True)
     print(f"phase 1: {sum(r['ok'] for r in built.values())}/{len(built)} verified in {time.time() - t0:.0f} s", flush=True)
-    timed = []
+    timed, untimed = [], []
     for row in rows:
         own = [v for v, same in same_as[row.name].items() if v == same]
         modules = {v: built[f"{row.name}@{v}"]["module"] for v in own if built[f"{row.name}@{v}"]["ok"]}
         if modules:
             t = _time_row_in_child(row.name, modules, args.rounds, args.deadline + 60 * len(modules))
             if t is None:
+                untimed.append(row.name)
                 continue
             # a variant whose parameters equal an earlier one's is that kernel: its ratio, not a second timing
             t["ratio"].update({v: t["ratio"][same] for v, same in same_as[row.name].items() if v != same and same in t["ratio"]})
@@ -281,7 +282,9 @@ def main() -> int:
         print(f"\ngeomean vs cuDNN over {len(with_db)} rows: db {geo([r['db'] for r in with_db]):.3f}, "
               + ", ".join(f"{v} {geo([r.get(v, r['db']) for r in with_db]):.3f}" for v in names)
               + f" (a variant equal to another is that one's kernel; one that failed counts as db); per row best {best:.3f}")
-    return 0 if all(r["ok"] for r in built.values()) else 1
+    if untimed:
+        print(f"\nnot timed (the timing child hung or died): {', '.join(untimed)}")
+    return 0 if all(r["ok"] for r in built.values()) and not untimed else 1
 
 
 if __name__ == "__main__":

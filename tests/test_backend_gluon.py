@@ -237,8 +237,11 @@ def test_four_warpgroups_are_the_first_choice_only_where_they_were_measured(tmp_
     assert first[0] == dict(BM=256, BN=64, warps=16, stages=6, pingpong=1, overlap=1, persistent=1, ostage=1)
     assert first[1]["BM"] == 128 and first[1]["qreg"] == 1 and all(p["BM"] != 256 for p in first[1:])
     assert planned(seqlen_q=512)[0]["BM"] == planned(seqlen_q=700)[0]["BM"] == planned(dtype="fp16", seqlen_q=1000)[0]["BM"] == 256
-    for kw in (dict(seqlen_q=384), dict(seqlen_q=600), dict(seqlen_q=2048), dict(seqlen_k=4096), dict(causal=True),
-               dict(window_left=128, window_right=0), dict(softcap=30.0), dict(head_dim=128), dict(head_dim_v=32), dict(target=get_target("b200"))):
+    assert planned(seqlen_q=641)[0]["BM"] == planned(seqlen_q=897)[0]["BM"] == planned(seqlen_q=1024, seqlen_k=1024)[0]["BM"] == 256
+    for kw in (dict(seqlen_q=384), dict(seqlen_q=511), dict(seqlen_q=600), dict(seqlen_q=640), dict(seqlen_q=896), dict(seqlen_q=1025),
+               dict(seqlen_q=2048), dict(seqlen_k=1025), dict(seqlen_k=4096), dict(causal=True), dict(window_left=128, window_right=0),
+               dict(softcap=30.0), dict(alibi_slopes="auto"), dict(mask_mod="kv_idx != 3"), dict(head_dim=128), dict(head_dim_v=32),
+               dict(target=get_target("b200"))):
         assert all(p["BM"] != 256 for p in planned(**kw)), kw
     assert tuned_candidate(AttentionSpec(heads=32, head_dim=64, dtype="bf16", seqlen_q=1024), H200, "gluon").params["BM"] == 256
     assert tuned_candidate(AttentionSpec(heads=32, head_dim=64, dtype="bf16", seqlen_q=128), H200, "gluon") is None
@@ -452,14 +455,16 @@ def _q_read_before_it_is_given_back(ptx: str) -> None:
     assert any(re.search(r"bar\.sync\s+\d+, 128;", line) for line in lines[group[-1]:arrive]), "q_free arrived on before the warpgroup's loads are done"
 
 
-@pytest.mark.parametrize("over, words", [
-    (dict(ostage=2), "qreg = 1 with ostage = 2"), (dict(chain=1, ostage=1), "qreg = 1 with chain = 1"), (dict(qreg=2), "qreg = 2"),
+@pytest.mark.parametrize("over, words, hint", [
+    (dict(ostage=2), "qreg = 1 with ostage = 2", "or ostage out"), (dict(chain=1, ostage=1), "qreg = 1 with chain = 1", "or chain out"),
+    (dict(qreg=2), "qreg = 2", "or leave qreg out"),
 ])
-def test_q_in_registers_is_refused_where_qs_is_written_again_or_read_for_the_next_tile(over, words):
+def test_q_in_registers_is_refused_where_qs_is_written_again_or_read_for_the_next_tile(over, words, hint):
     spec = AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=300, seqlen_k=300)
     params = {**dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1, persistent=1, qreg=1), **over}
-    with pytest.raises(TranslateError, match=words):
+    with pytest.raises(TranslateError, match=words) as err:
         gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=64, head_dim_v=64)
+    assert hint in err.value.render()
     from attnforge.plan.hopper import hopper_decode_source
 
     decode = AttentionSpec(heads=8, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1, seqlen_k=1000)
@@ -475,8 +480,13 @@ def test_q_in_registers_is_refused_where_qs_is_written_again_or_read_for_the_nex
     tiles = dict(BM=128, BN=64, warps=8, stages=3, pingpong=1, ostage=1)
     with pytest.raises(TranslateError, match="qreg = 1 with a window") as err:
         gluon.translate(parse(hopper_source(windowed, H200, {**tiles, "qreg": 1}), file="kernel.tl"), head_dim=64, head_dim_v=64)
-    assert "leave qreg out, or window out" in err.value.render()
+    assert "leave qreg out, or the window out" in err.value.render()
     gluon.translate(parse(hopper_source(windowed, H200, tiles), file="kernel.tl"), head_dim=64, head_dim_v=64)
+    # the window's scalars without the feature's claim (which generate's judge demands, but translate alone does not)
+    unclaimed = "\n".join(line for line in hopper_source(windowed, H200, {**tiles, "qreg": 1}).splitlines() if not line.startswith("computes"))
+    assert "computes" not in unclaimed and "window_left" in unclaimed
+    with pytest.raises(TranslateError, match="qreg = 1 with a window"):
+        gluon.translate(parse(unclaimed, file="kernel.tl"), head_dim=64, head_dim_v=64)
 
 
 def test_the_planner_keeps_q_in_registers_where_it_was_measured_faster():

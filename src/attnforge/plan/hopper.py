@@ -136,9 +136,10 @@ _FOUR_SETS = dict(BM=256, BN=64, warps=16, stages=6)
 
 def _four_warpgroups(spec: AttentionSpec, target: Target, first: dict[str, int]) -> Candidate | None:
     """The first choice of four compute warpgroups in ping-pong (``_FOUR_SETS`` over the two-warpgroup first choice
-    ``first``, without Q in registers: with it the kernel spills 96 bytes) where it was measured faster: on sm_90 at
-    D = Dv = 64 without a mask, a mask_mod or a score modifier, 512 to 1024 query rows against as many keys or fewer, where
-    256-row tiles pad Sq no more than 128-row ones do. Each warpgroup's softmax has three others' GEMMs to hide under, and 1k
+    ``first``, without Q in registers: with it the kernel spills 96 bytes): on sm_90 at D = Dv = 64 without a mask, a
+    mask_mod or a score modifier, 512 to 1024 query rows against at most 1024 keys, where 256-row tiles pad Sq no more than
+    128-row ones do (Sq = 512, 641-768, 897-1024). Timed at 512 x 512 and 1k x 1k only; the lengths between, and fewer keys
+    than query rows, are taken by the same count of tiles, not measured. Each warpgroup's softmax has three others' GEMMs to hide under, and 1k
     rows are four whole tiles (three warpgroups' 192 rows pad them by an eighth). Measured on the H200 against the
     two-warpgroup kernel (bench/RESULTS.md, 2026-12-04 run 21, each verified first, 3 rounds, 32 heads): 16 x 1k x 1k
     +4.0 / +3.2% (fp16 / bf16, call 4), +3.9 / +6.3% (call 5); 32 x 512 x 512 +3.3 / +3.3%; at 8 x 2k x 2k 4% slower than

@@ -101,12 +101,13 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 
 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
-    """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth and
-    the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows a warpgroup, wgmma's smallest M per
+    """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth (2 to 4, the first choice's,
+    and two slots deeper past 4) and the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows a warpgroup, wgmma's smallest M per
     warpgroup; ping-pong stays on where BM is not a power of two: BM = 192 is three warpgroups' rows, and one set's 192-row
     TMA box is refused by the translator)."""
     bm = first.get("BM", 128)
-    axes = {"BN": [64, 128], "stages": [2, 3, 4], "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
+    depth = first.get("stages", 2)  # (the first choice's own ring depth, and two slots more past 4: four warpgroups take 6)
+    axes = {"BN": [64, 128], "stages": sorted({2, 3, 4, depth} | ({depth + 2} if depth >= 4 else set())), "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
             "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
     # (Q in registers with O out through Qs: the translator refuses the pair)
     grid = _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
@@ -177,7 +178,8 @@ def search_order(chosen: Backend, timed_spec: AttentionSpec, bucket: AttentionSp
         from ..plan.hopper import hopper_candidates, hopper_source
 
         planned = [c.params for c in hopper_candidates(timed_spec, target)]
-        return "prefill", planned[0], hopper_order(planned)[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
+        order = [p for p in hopper_order(planned) if not (p.get("qreg") and timed_spec.windowed)]  # (refused by the translator)
+        return "prefill", planned[0], order[: max_candidates or None], lambda p: hopper_source(bucket, target, p)
     kind, cands = builtin.candidates(timed_spec, target, refused=set(chosen.refused_strategies(target)), mma=chosen.mma)
     first = cands[0].params
     return kind, first, neighbours(first, target, kind)[: max_candidates or None], lambda p: builtin.source_for(bucket, target, kind, p)
