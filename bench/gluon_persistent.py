@@ -93,40 +93,34 @@ def _build_and_verify(job: tuple) -> dict:
 JOB_DEADLINE_S = 240.0  # a build and the gate's cases take under a minute on the H200; past this the kernel is taken as hung
 
 
-def _build_and_verify_in_child(job: tuple, deadline_s: float = JOB_DEADLINE_S) -> dict:
-    """``_build_and_verify(job)`` in a fresh Python process (this script's ``--child-job`` mode), killed with its CUDA
-    context if it has not answered within ``deadline_s``: a kernel that hangs costs its own job, not the whole run."""
+def _in_child(flag: str, payload, deadline_s: float) -> dict | str:
+    """This script's ``flag`` mode on ``payload`` in a fresh Python process (no CUDA context shared), killed if it has not
+    answered within ``deadline_s``: its result, or why there is none."""
     import subprocess
 
-    name, params = job[0], job[2]
     try:
-        done = subprocess.run([sys.executable, __file__, "--child-job", json.dumps(job)], capture_output=True, text=True,
-                              timeout=deadline_s)
+        done = subprocess.run([sys.executable, __file__, flag, json.dumps(payload)], capture_output=True, text=True, timeout=deadline_s)
     except subprocess.TimeoutExpired:
-        return dict(name=name, params=params, ok=False, why=f"no result within {deadline_s:.0f} s: taken as hung, killed")
+        return f"no result within {deadline_s:.0f} s: taken as hung, killed"
     line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("RESULT ")), None)
-    if line is None:
-        return dict(name=name, params=params, ok=False,
-                    why=f"the child exited {done.returncode} without a result: {done.stderr.strip()[-300:]}")
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT "):]) if line else f"the child exited {done.returncode} without a result: {done.stderr.strip()[-300:]}"
+
+
+def _build_and_verify_in_child(job: tuple, deadline_s: float = JOB_DEADLINE_S) -> dict:
+    """``_build_and_verify(job)`` in a child (``--child-job``) with a deadline: a kernel that hangs costs its own job, not
+    the whole run."""
+    result = _in_child("--child-job", job, deadline_s)
+    return result if isinstance(result, dict) else dict(name=job[0], params=job[2], ok=False, why=result)
 
 
 def _time_row_in_child(row_name: str, modules: dict[str, str], rounds: int, deadline_s: float) -> dict | None:
-    """``_time_row`` in a fresh process (``--child-time``), killed at ``deadline_s``: a kernel can pass the gate's cases and
-    still hang on the row's shape. None (and a line saying why) when it gave no result."""
-    import subprocess
-
-    try:
-        done = subprocess.run([sys.executable, __file__, "--child-time", json.dumps([row_name, modules, rounds])], capture_output=True,
-                              text=True, timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        print(f"{row_name}: no timing within {deadline_s:.0f} s: taken as hung, killed", flush=True)
-        return None
-    line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("RESULT ")), None)
-    if line is None:
-        print(f"{row_name}: the timing child exited {done.returncode} without a result: {done.stderr.strip()[-300:]}", flush=True)
-        return None
-    return json.loads(line[len("RESULT "):])
+    """``_time_row`` in a child (``--child-time``) with a deadline: a kernel can pass the gate's cases and still hang on the
+    row's shape. None (and a line saying why) when it gave no result."""
+    result = _in_child("--child-time", [row_name, modules, rounds], deadline_s)
+    if isinstance(result, dict):
+        return result
+    print(f"{row_name}: timing: {result}", flush=True)
+    return None
 
 
 def _time_row(row, modules: dict[str, str], rounds: int) -> dict:

@@ -250,7 +250,7 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
         out.insert(0, three)
         three = None
     four = _four_warpgroups(spec, target, first)
-    if four is not None:  # (where it is offered it was measured faster: first)
+    if four is not None:  # first: faster where timed (512 and 1k rows), offered where it covers Sq in as few padded rows
         out.insert(0, four)
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}

@@ -102,13 +102,13 @@ def _nearest_first(first: dict[str, int], axes: dict[str, list[int]], switches: 
 
 def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     """The Hopper form's first choice, then its neighbours, nearest first: BN, the ring's depth (2 to 4, the first choice's,
-    and two slots deeper past 4) and the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows a warpgroup, wgmma's smallest M per
-    warpgroup; ping-pong stays on where BM is not a power of two: BM = 192 is three warpgroups' rows, and one set's 192-row
+    and two slots deeper past 4) and the schedule switches, O's staging tile (BM and warps stay the first choice's: 64 rows
+    a warpgroup, wgmma's smallest M per warpgroup; ping-pong stays on where BM is not a power of two: BM = 192 is three warpgroups' rows, and one set's 192-row
     TMA box is refused by the translator)."""
     bm = first.get("BM", 128)
     depth = first.get("stages", 2)  # (the first choice's own ring depth, and two slots more past 4: four warpgroups take 6)
-    axes = {"BN": [64, 128], "stages": sorted({2, 3, 4, depth} | ({depth + 2} if depth >= 4 else set())), "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1],
-            "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
+    axes = {"BN": [64, 128], "stages": sorted({2, 3, 4, depth} | ({depth + 2} if depth >= 4 else set())),
+            "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
     # (Q in registers with O out through Qs: the translator refuses the pair)
     grid = _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
     return [p for p in grid if not (p.get("qreg") and p.get("ostage") == 2)]
