@@ -167,11 +167,12 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         result = generate(spec, get_target(target), tmp_path / key, backend="gluon", run_verification=False)
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
-    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_persistent", "hopper_chain", "hopper_o_via_q",
-                            "hopper_alibi", "hopper_decode", "blackwell"}
+    assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_four_sets", "hopper_persistent", "hopper_chain",
+                            "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
     assert "q_n = Qs.index(((tiles + 1) % 2) * SETS + WG)" in sources["hopper_chain"]  # the planner's chain = 1
     assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
     assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"] and "SETS = gl.constexpr(3)" in sources["hopper_three_sets_causal"]
+    assert "SETS = gl.constexpr(4)" in sources["hopper_four_sets"] and "o_stage" in sources["hopper_four_sets"]  # the planner's four warpgroups
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)

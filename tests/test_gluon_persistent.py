@@ -635,6 +635,7 @@ def test_the_planner_offers_the_chained_d64_kernel_last():
 
 @pytest.mark.parametrize("name", ["gluon_persistent_ring_restarts", "gluon_persistent_q_phase_stuck", "gluon_ostage_rows_of_one_warpgroup",
                                   "gluon_three_sets_mask_a_tile_late", "gluon_three_sets_q_boxes_at_one_row",
+                                  "gluon_four_sets_mask_a_tile_late", "gluon_four_sets_q_boxes_at_one_row", "gluon_four_sets_o_rows_of_one_warpgroup",
                                   "gluon_chain_next_q_from_this_tiles_slots", "gluon_chain_next_q_wait_a_phase_early"])
 def test_the_simulated_roles_kill_the_persistent_mutants(name):
     from attnforge.plan.builtin import Candidate
@@ -649,7 +650,7 @@ def test_the_simulated_roles_kill_the_persistent_mutants(name):
     bm, bn, stages = plan.params["BM"], plan.params["BN"], plan.params["stages"]
     _check_protocol(_run(source, spec, 2, 600, 600, 3), stages, bm, bn, spec.heads // spec.kv_heads)
     with pytest.raises(AssertionError, match="phase|came from|filled it|O stored at|scored without the Mask|Q's box|read Qs"):
-        sk = 500 if mutant.spec == "hopper_three_sets" else 600  # (a partial tail tile: the tile past split)
+        sk = 500 if mutant.spec in ("hopper_three_sets", "hopper_four_sets") else 600  # (a partial tail tile: the tile past split)
         _check_protocol(_run(mutant.apply(source), spec, 2, 600, sk, 3), stages, bm, bn, spec.heads // spec.kv_heads)
 
 

@@ -46,6 +46,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # three warpgroups under the causal mask (the planner's first choice past 4k keys: its Mask compares the keys'
     # indices with each row's bound), for GLUON_MUTANTS
     "hopper_three_sets_causal": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True, seqlen_q=8192), "h200"),
+    # four compute warpgroups in ping-pong (BM = 256, BN = 64, persistent, O staged: the planner's choice at D = 64 without a
+    # mask for 512-1024 query rows; two tile loops, 1000 keys ending in a partial tile), for GLUON_MUTANTS
+    "hopper_four_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1000, seqlen_k=1000), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -55,7 +58,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_persistent": "gluon", "hopper_chain": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_four_sets": "gluon", "hopper_persistent": "gluon", "hopper_chain": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 # A base planned from the planner's first candidate with these parameters rather than its first choice (one generate
 # falls back to, or the tuner times): gluon.gpucheck.base_kernel for GLUON_MUTANTS, selftest.run._base for the TL ones.
@@ -354,6 +357,15 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            "three warpgroups' causal bound (against the keys' indices) one past each row's diagonal"),
     Mutant("gluon_three_sets_q_boxes_at_one_row", "hopper_three_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
            "each warpgroup's TMA box of Q reads the first warpgroup's rows: warpgroups 1 and 2 score the first 64 rows' queries"),
+    # four warpgroups (BM = 256): the same edges with four sets of rows, and each set's slot of the O staging tile
+    Mutant("gluon_four_sets_mask_a_tile_late", "hopper_four_sets", "kernel", r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)",
+           "gl.minimum(gl.maximum(lo, split), hi - 1)",
+           "four warpgroups' unmasked loop runs a tile past split: the partial tail tile is scored without the Mask", every=True),
+    Mutant("gluon_four_sets_q_boxes_at_one_row", "hopper_four_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
+           "each of the four warpgroups' TMA boxes of Q reads the first warpgroup's rows: warpgroups 1-3 score the first 64 rows' queries"),
+    Mutant("gluon_four_sets_o_rows_of_one_warpgroup", "hopper_four_sets", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
+           "the four warpgroups' TMA stores of O from their staging slots all go to the first set's rows: rows 64-255 of every row "
+           "tile are never written"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),
