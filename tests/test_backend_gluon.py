@@ -168,11 +168,12 @@ def test_gluon_mutants_apply_and_still_compile(tmp_path):
         assert result.ok, result.error
         sources[key] = (tmp_path / key / gluon.source_file).read_text()
     assert set(sources) == {"hopper", "hopper_three_sets", "hopper_three_sets_causal", "hopper_four_sets", "hopper_persistent", "hopper_chain",
-                            "hopper_o_via_q", "hopper_alibi", "hopper_decode", "blackwell"}
+                            "hopper_o_via_q", "hopper_o_via_kv", "hopper_alibi", "hopper_decode", "blackwell"}
     assert "q_n = Qs.index(((tiles + 1) % 2) * SETS + WG)" in sources["hopper_chain"]  # the planner's chain = 1
     assert "q_t.store(out)" in sources["hopper_o_via_q"]  # the planner's ostage = 2
     assert "SETS = gl.constexpr(3)" in sources["hopper_three_sets"] and "SETS = gl.constexpr(3)" in sources["hopper_three_sets_causal"]
     assert "SETS = gl.constexpr(4)" in sources["hopper_four_sets"] and "o_stage" in sources["hopper_four_sets"]  # the planner's four warpgroups
+    assert "o_t = Ks.index(" in sources["hopper_o_via_kv"]  # the planner's ostage = 3
     for m in GLUON_MUTANTS:
         source = sources[m.spec]
         text = m.apply(source)
@@ -253,6 +254,62 @@ def test_four_warpgroups_are_the_first_choice_only_where_they_were_measured(tmp_
     path.write_text(gluon.translate(program, head_dim=64, head_dim_v=64).source)
     report = compile_for_target(_import(path), H200, tmp_path / "b")
     assert report.spill_bytes == 0 and report.shared_bytes <= H200.smem_per_block_optin and {"wgmma", "tma"} <= set(report.instructions)
+
+
+def test_o_through_the_last_kv_slots_is_the_first_choice_only_where_it_was_measured(tmp_path):
+    """ostage = 3 (plan/hopper._o_via_kv): D = Dv = 256 without a mask or a score modifier up to 1k keys, persistent, the
+    kernel of O through Qs next; it compiles for sm_90a without a spill (its LSE offsets 32-bit: launch checks they reach)."""
+    from attnforge.backends.gluon import _import
+    from attnforge.backends.gluon.compile import compile_for_target
+    from attnforge.plan.hopper import hopper_candidates
+
+    def planned(target=H200, **kw):
+        spec = AttentionSpec(**{"heads": 8, "head_dim": 256, "dtype": "bf16", "seqlen_q": 1024, **kw})
+        return [c.params for c in hopper_candidates(spec, target)]
+
+    first = planned()
+    assert first[0] == dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+    assert first[1] == dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, ostage=2)
+    assert planned(seqlen_q=100, seqlen_k=700)[0]["ostage"] == planned(dtype="fp16", seqlen_q=4096, seqlen_k=1024)[0]["ostage"] == 3
+    for kw in (dict(seqlen_k=1025), dict(seqlen_q=4096), dict(causal=True), dict(window_left=128, window_right=0), dict(softcap=30.0),
+               dict(alibi_slopes="auto"), dict(mask_mod="kv_idx != 3"), dict(head_dim=128), dict(head_dim_v=128), dict(target=get_target("b200"))):
+        assert all(p.get("ostage") != 3 for p in planned(**kw)), kw
+    for dtype in ("bf16", "fp16"):
+        spec = AttentionSpec(heads=4, kv_heads=2, head_dim=256, dtype=dtype, seqlen_q=1000, seqlen_k=1000)
+        program = parse(hopper_source(spec, H200, first[0]), file="kernel.tl")
+        assert check(program, H200, head_dim=256, head_dim_v=256).ok
+        source = gluon.translate(program, head_dim=256, head_dim_v=256).source
+        assert "_pair_sync(12)" in source and "_pair_sync(13)" in source and "o_t = Ks.index(" in source and "o_t = Vs.index(" in source
+        assert "this kernel's LSE offsets are 32-bit" in source
+        path = tmp_path / f"k_{dtype}.py"
+        path.write_text(source)
+        report = compile_for_target(_import(path), H200, tmp_path / f"b_{dtype}")
+        assert report.spill_bytes == 0 and report.shared_bytes <= H200.smem_per_block_optin, (dtype, report.spill_bytes)
+
+
+@pytest.mark.parametrize("d, over, said", [
+    (256, dict(persistent=0), "ostage = 3 without persistent = 1"),
+    (256, dict(overlap=0), "ostage = 3 without overlap = 1"),
+    (256, dict(BN=32), "ostage = 3 with BN = 32, BM = 128"),
+    (64, dict(BM=192, warps=12, stages=4), "ostage = 3 with 3 compute warpgroups"),
+    (128, dict(qreg=1), "ostage = 3 with qreg = 1"),
+    (256, dict(ostage=4), "ostage = 4"),
+])
+def test_o_through_the_kv_slots_is_refused_where_the_translator_does_not_take_it(d, over, said):
+    """What ostage = 3 needs (shape._check_o_via_kv), each refused with what is wrong and what to write instead."""
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=d, dtype="bf16", seqlen_q=1000, seqlen_k=1000)
+    params = {k: v for k, v in {**dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3), **over}.items() if v}
+    program = parse(hopper_source(spec, H200, params), file="kernel.tl")
+    with pytest.raises(TranslateError, match=re.escape(said)):
+        gluon.translate(program, head_dim=d, head_dim_v=d)
+
+
+def test_o_through_the_kv_slots_needs_equal_head_dims():
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=128, head_dim_v=64, dtype="bf16", seqlen_q=1000, seqlen_k=1000)
+    params = dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+    program = parse(hopper_source(spec, H200, params), file="kernel.tl")
+    with pytest.raises(TranslateError, match="ostage = 3 stores O .* it needs D == Dv"):
+        gluon.translate(program, head_dim=128, head_dim_v=64)
 
 
 def test_three_warpgroups_come_last_where_unmeasured_and_the_tuner_times_them_second():

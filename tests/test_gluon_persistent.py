@@ -123,6 +123,13 @@ class _Recorder:
     def pass_turn(self, wg):
         self.events.append(("arrive", "turn", (int(wg) + 1) % self.sets))
 
+    # ostage = 3: a named barrier one set passes (bar.arrive) and the other waits on (bar.sync)
+    def pair_sync(self, bar_id):
+        self.events.append(("wait", "pair", int(bar_id), 0))
+
+    def pair_arrive(self, bar_id):
+        self.events.append(("arrive", "pair", int(bar_id)))
+
     def scores(self, *args):
         named = dict(zip(self.scores_params, args))
         self.events.append(("scores", int(named["j"]), int(named["m"]), int(named["b"]), int(named["h"])))
@@ -177,7 +184,7 @@ def _roles(source: str, pid: int, programs: int):
         exec(line, names)
     for block in re.findall(r"^def (?:floordiv|floormod|_work_tile|_compute|_load)\(.*?(?=^@|^def |\Z)", text, re.M | re.S):
         exec(block, names)
-    names.update(_scores=rec.scores, _take_turn=rec.take_turn, _pass_turn=rec.pass_turn)
+    names.update(_scores=rec.scores, _take_turn=rec.take_turn, _pass_turn=rec.pass_turn, _pair_sync=rec.pair_sync, _pair_arrive=rec.pair_arrive)
     return names["_load"], names["_compute"], rec
 
 
@@ -256,7 +263,7 @@ def _check_protocol(runs: dict, stages: int, bm: int, bn: int, group: int) -> se
             for i, e in enumerate(events):
                 if e[0] == "wait":
                     _, bar, slot, phase = e
-                    if bar == "turn":
+                    if bar in ("turn", "pair"):  # (named barriers: no phase)
                         continue
                     n = count[(bar, slot)]
                     count[(bar, slot)] += 1
@@ -300,7 +307,8 @@ def _check_progress(runs: dict) -> None:
     after it waits itself) stops here with the blocked waits. A role yields after each arrival, so the
     load warp moves as soon as a slot is given back: a K/V slot refilled while a compute warpgroup's
     GEMM reading its previous tile is still in flight (issued, not yet retired by a warpgroup_mma_wait)
-    is a race that stops here too."""
+    is a race that stops here too, and so are (``ostage = 3``) a compute warpgroup's rows of O written into a K/V slot while
+    another's GEMM reading it is in flight, and the load warp's refill of a slot whose O store has not been waited for."""
     for pid, roles in runs.items():
         computes = [r for r in roles if r != "load"]
         # the load warp waits on barriers that start free only (_check_protocol): the n-th wait passes once n phases
@@ -321,19 +329,40 @@ def _check_progress(runs: dict) -> None:
         q_parity = next((e[2] for r in computes for e in roles[r] if e[:2] == ("wait", "q_ready")), None)  # (chained: its index)
         in_flight: dict[str, list[tuple[str, int | None]]] = {r: [] for r in computes}  # GEMMs issued, not yet retired
         retired: dict[tuple[str, str, int | None], int] = defaultdict(int)  # (role, ring, slot) -> GEMM reads retired
+        # happens-before, whatever order this replay runs the roles in (vector clocks): a role's clock ticks at each of its
+        # events; an arrival adds the role's clock to its barrier phase's, a wait that passes takes in the phases it waited
+        # for. "X happened before this role's present" is then clock[role][X's role] >= X's tick (ostage = 3's checks).
+        clock = {r: defaultdict(int) for r in roles}
+        phase_clock: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # (barrier, slot, phase) -> clock
+        retired_at: dict[tuple, int] = {}  # (role, ring, slot, its n-th read there) -> tick of the wait that retired the GEMM
+        stores_from: dict[tuple[str, int | None], int] = defaultdict(int)  # K/V slot -> O stores that read it so far
+        unwaited: dict[str, list[tuple]] = defaultdict(list)  # role -> its O stores from K/V slots not waited for yet
+        waited_at: dict[tuple, tuple[str, int]] = {}  # (ring, slot, n-th store from it) -> (role, tick of its store_wait)
+
+        def arrived(role, bar, slot):
+            phase = arrivals[(bar, slot)] // count[bar]
+            for r, t in clock[role].items():
+                phase_clock[(bar, slot, phase)][r] = max(phase_clock[(bar, slot, phase)][r], t)
+            arrivals[(bar, slot)] += 1
+
         while True:
             moved = False
             for role, events in roles.items():
                 while at[role] < len(events):
                     e = events[at[role]]
+                    clock[role][role] += 1
                     if e[0] == "wait":
                         _, bar, slot, _ = e
                         k = waits_made[(role, bar, slot)]
                         if arrivals[(bar, slot)] // count[bar] < (k if bar in freeing else k + 1):
+                            clock[role][role] -= 1  # (not run yet)
                             break
                         waits_made[(role, bar, slot)] += 1
+                        for phase in range(k if bar in freeing else k + 1):  # the phases this wait saw complete
+                            for r, t in phase_clock[(bar, slot, phase)].items():
+                                clock[role][r] = max(clock[role][r], t)
                     elif e[0] == "arrive":
-                        arrivals[(e[1], e[2])] += 1
+                        arrived(role, e[1], e[2])
                         if e[1] == "turn":  # a named barrier banks no second pass: passed twice untaken, the next take hangs
                             taken = sum(n for (_, bar, slot), n in waits_made.items() if (bar, slot) == ("turn", e[2]))
                             assert arrivals[("turn", e[2])] - taken <= 1, f"program {pid}: {role} passes turn {e[2]} twice before it is taken"
@@ -353,17 +382,35 @@ def _check_progress(runs: dict) -> None:
                         if ring == "Qs":
                             fills[(ring, slot)] += 1
                         if ring in ("Ks", "Vs"):
+                            for i in range(stores_from[(ring, slot)]):  # every O store that read the slot was waited for, before this
+                                who, t = waited_at.get((ring, slot, i), (None, None))
+                                assert who is not None and clock[role][who] >= t, (
+                                    f"program {pid}: the load warp refills {ring}[{slot}] with no sync after the O store from it "
+                                    f"({who or 'not'} waited for)")
                             for reader in computes:
                                 assert retired[(reader, ring, slot)] >= fills[(ring, slot)], (
                                     f"program {pid}: the load warp refills {ring}[{slot}] while {reader}'s GEMM reading its "
                                     f"tile #{fills[(ring, slot)]} there is still in flight")
                             fills[(ring, slot)] += 1
-                        arrivals[(e[4], e[5])] += 1
+                        arrived(role, e[4], e[5])
+                    elif e[0] == "sstore" and e[1] in ("Ks", "Vs"):  # ostage = 3: O into a slot whose every GEMM read happened before
+                        fill = fills[(e[1], e[2])] - 1
+                        for reader in computes:
+                            t = retired_at.get((reader, e[1], e[2], fill))
+                            assert t is not None and clock[role][reader] >= t, (
+                                f"program {pid}: {role} writes O into {e[1]}[{e[2]}] with no sync after {reader}'s GEMM reading its tile there")
+                    elif e[0] == "ostore" and e[3] in ("Ks", "Vs"):
+                        unwaited[role].append((e[3], e[1], stores_from[(e[3], e[1])]))
+                        stores_from[(e[3], e[1])] += 1
+                    elif e[0] == "store_wait" and e[1] == 0:
+                        for key in unwaited.pop(role, []):
+                            waited_at[key] = (role, clock[role][role])
                     elif e[0] == "gemm":
                         in_flight[role].append((e[1], e[2]))
                     elif e[0] == "mma_wait":  # at most e[1] GEMM groups left in flight, the newest; they retire in order
                         keep = len(in_flight[role]) - min(e[1], len(in_flight[role]))
                         for ring, slot in in_flight[role][:keep]:
+                            retired_at[(role, ring, slot, retired[(role, ring, slot)])] = clock[role][role]
                             retired[(role, ring, slot)] += 1
                         in_flight[role] = in_flight[role][keep:]
                     at[role] += 1
@@ -790,7 +837,10 @@ def test_the_planner_walks_work_tiles_persistently_where_it_was_measured_faster(
     assert [c.params.get("ostage") for c in causal_short[:2]] == [1, 2] and all("persistent" in c.params for c in causal_short[:2])
     assert all("persistent" not in c.params for c in causal_short[2:])  # the fallbacks storing O from registers
     assert first(head_dim=64, seqlen_q=16384, causal=True) == 0 and first(head_dim=256, seqlen_q=4096) == 0
-    assert first(head_dim=256, seqlen_q=1024) == 0  # with the overlap it spills persistent (bench/RESULTS.md run 10)
+    # D = 256 up to 1k keys: persistent with O out through the last K/V tile's slots (ostage = 3; with O through Qs it spills
+    # persistent, bench/RESULTS.md run 10), the kernel of one program per work tile next
+    d256 = hopper_candidates(AttentionSpec(heads=16, head_dim=256, dtype="bf16", seqlen_q=1024), H200)
+    assert [(c.params.get("persistent", 0), c.params.get("ostage")) for c in d256[:2]] == [(1, 3), (0, 2)]
     assert hopper_candidates(AttentionSpec(heads=16, head_dim=128, dtype="bf16"), get_target("b200"))[0].params.get("persistent") is None
 
 
@@ -909,3 +959,44 @@ def test_the_gluon_backend_offers_persistent_on_sm_90_only():
     assert "persistent" not in GluonBackend().refused_strategies(H200)
     assert "persistent" in GluonBackend().refused_strategies(get_target("b200"))
     assert {"tma", "ws"} <= set(GluonBackend().refused_strategies(H200))
+
+
+O_VIA_KV = dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+
+
+@pytest.mark.parametrize("causal, B, Sq, Sk, programs", [
+    (False, 2, 600, 600, 3), (False, 1, 300, 64, 2), (False, 2, 129, 65, 5), (False, 3, 700, 900, 7), (False, 1, 1, 1, 1),
+    (True, 2, 600, 300, 3),  # (bottom-right: the first row tiles see no key; their O leaves through Qs)
+])
+def test_o_through_the_last_kv_slots_keeps_the_protocol(causal, B, Sq, Sk, programs):
+    """ostage = 3: each set's rows of O leave from its slot of the work tile's last K/V tile (set 0 K's, set 1 V's) after the
+    other set's GEMM reading it is done, the slot goes back after the store has read it, Qs after the last QK^T GEMM; a work
+    tile without keys stores through Qs. The roles replayed: every read is of the right fill, nothing deadlocks, no slot is
+    written or refilled under a GEMM or a store reading it."""
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=256, dtype="bf16", causal=causal)
+    source = _source(spec, O_VIA_KV)
+    assert "o_t = Ks.index(" in source and "o_t = Vs.index(" in source
+    runs = _run(source, spec, B, Sq, Sk, programs)
+    stores = [e for r in runs.values() for role, ev in r.items() for e in ev if e[0] == "ostore"]
+    assert {e[3] for e in stores} == ({"Ks", "Vs", "Qs"} if causal else {"Ks", "Vs"})
+    tiles = _check_protocol(runs, 2, 128, 64, 2)
+    assert tiles == {(m, b, h) for m in range(-(-Sq // 128)) for b in range(B) for h in range(4)}
+    _check_progress(runs)
+
+
+@pytest.mark.parametrize("edit, said", [
+    # set 0 writes its O into the K slot without waiting for set 1's last QK^T GEMM (a race the GPU's order may hide)
+    ((r"^\s*_pair_sync\(12\).*\n", ""), "writes O into Ks.* with no sync after compute1"),
+    ((r"^\s*_pair_sync\(13\).*\n", ""), "writes O into Vs.* with no sync after compute0"),
+    # the slot given back before the store from it has been waited for: the load warp may refill it under the store
+    ((r"^(\s*)(tma\.store_wait\(0\)  # the store has read the slot\n)((?:\1.*\n){4})", r"\3\1\2"), "refills .* with no sync after the O store from it"),
+])
+def test_the_replay_catches_the_races_of_o_through_the_kv_slots(edit, said):
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=256, dtype="bf16")
+    source = _source(spec, O_VIA_KV)
+    bad = re.sub(*edit, source, count=1, flags=re.M)
+    assert bad != source
+    runs = _run(bad, spec, 2, 600, 600, 3)
+    _check_protocol(runs, 2, 128, 64, 2)
+    with pytest.raises(AssertionError, match=said):
+        _check_progress(runs)

@@ -9,6 +9,12 @@ module:
   loop turns of the tile before, not in its epilogue);
 - ``q_per_set``: Q's ready and free barriers one per warpgroup set, so a set's next Q rows load as soon as its own O store
   has read them (the other set may still be in its last PV GEMM).
+- ``kv_stage`` (call 4, after Nsight Compute put warpgroup 1 at its wait for Q for a tenth of its time at 1k keys): O leaves
+  through the last K/V tile's ring slots, not Qs, so Qs goes back to the load warp once the tile's last QK^T GEMM is done and the
+  next work tile's Q loads under the last PV GEMM and the epilogue. Warpgroup 0 stages its 64 x 256 rows of O in that tile's K
+  slot, warpgroup 1 in its V slot (each slot is one set's O: BN = HM, D = Dv), each after a named barrier says the other set's
+  GEMM reading the slot is done; the slot's free barrier is arrived on by that set after its TMA store has read it. A work tile
+  without keys (none at these rows) stores through Qs as before.
 
     python3 q_early.py OUT [ROWS...]   # default rows: d256
 """
@@ -74,12 +80,76 @@ def q_per_set(source: str) -> str:
     return s
 
 
+def kv_stage(source: str) -> str:
+    """O staged through the last K/V tile's ring slots (two warpgroup sets only; see the docstring)."""
+    s = source
+    if "SETS = gl.constexpr(2)" not in s or "q_t.store(out)" not in s or "persistent" not in s:
+        raise ValueError("kv_stage: needs the persistent two-set kernel with O through Qs")
+    helpers = (
+        "@gluon.jit\n"
+        "def _pair_sync(ID: gl.constexpr):  # (kv_stage) wait, with the other set's arrival, on named barrier ID\n"
+        "    one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])\n"
+        "    gl.inline_asm_elementwise(\"bar.sync $1, 256; mov.u32 $0, 0;\", \"=r,r\", [gl.full([32 * WG_WARPS], ID, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)\n\n"
+        "@gluon.jit\n"
+        "def _pair_arrive(ID: gl.constexpr):\n"
+        "    one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])\n"
+        "    gl.inline_asm_elementwise(\"bar.arrive $1, 256; mov.u32 $0, 0;\", \"=r,r\", [gl.full([32 * WG_WARPS], ID, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)\n\n")
+    s = s.replace("@gluon.jit\ndef _compute(", helpers + "@gluon.jit\ndef _compute(", 1)
+    # K's slot of the work tile's last K/V tile: warpgroup 0 keeps it for its O (the prologue's and the loop's release)
+    s = re.sub(r"^( +)(mbarrier\.arrive\(k_free\.index\(\(\(lo \+ it\) % stages\)\), count=1\))\n",
+               r"\1if WG != 0 or lo < hi - 1:  # (kv_stage) set 0 keeps the last tile's K slot for its O\n\1    \2\n", s, flags=re.M)
+    n1 = s.count("lo < hi - 1:  # (kv_stage)")
+    s = re.sub(r"^( +)(mbarrier\.arrive\(k_free\.index\(\(\(\(j \+ 1\) \+ it\) % stages\)\), count=1\))\n",
+               r"\1if WG != 0 or j + 1 < hi - 1:  # (kv_stage) set 0 keeps the last tile's K slot for its O\n\1    \2\n", s, flags=re.M)
+    # the last PV block: set 0 gives V's slot back (set 1 keeps it for its O) and says its last PV is done; before it, set 1
+    # says its last QK^T is done and both give Qs back
+    last = _one(r"^( +)if lo < hi:  # the last tile's PV GEMM\n", s)
+    ind = last.group(1)
+    early = (f"{ind}if lo < hi:  # (kv_stage) every QK^T GEMM of this work tile is done: Qs back to the load warp now\n"
+             f"{ind}    mbarrier.arrive(q_free, count=1)\n"
+             f"{ind}    if WG == 1:\n"
+             f"{ind}        _pair_arrive(12)  # set 0 may write its O into the last tile's K slot\n")
+    s = s[:last.start()] + early + s[last.start():]
+    v = _one(r"^( +)(mbarrier\.arrive\(v_free\.index\(floormod\(\(\(hi - 1\) \+ it\), stages\)\), count=1\))\n", s)
+    s = s[:v.start()] + (f"{v.group(1)}if WG == 0:  # (kv_stage) set 1 keeps the last tile's V slot for its O\n"
+                         f"{v.group(1)}    {v.group(2)}\n{v.group(1)}    _pair_arrive(13)  # set 1 may write its O into it\n") + s[v.end():]
+    # the epilogue: O through the slot, the slot given back after the store has read it; without keys, through Qs as before
+    e = _one(r"^( +)q_t\.store\(out\).*\n\1fence_async_shared\(\).*\n\1tma\.async_copy_shared_to_global\(o_desc, (\[.*\]), Qs\.index\(WG\)\)\n"
+             r"\1tma\.store_wait\(0\).*\n\1mbarrier\.arrive\(q_free, count=1\).*\n", s)
+    i, coord, old = e.group(1), e.group(2), e.group(0)
+    new = (f"{i}if lo < hi:  # (kv_stage) O through the last K/V tile's slot of this set\n"
+           f"{i}    s_last = floormod(((hi - 1) + it), stages)\n"
+           f"{i}    if WG == 0:\n"
+           f"{i}        _pair_sync(12)  # set 1's last QK^T has read Ks[s_last]\n"
+           f"{i}        o_t = Ks.index(s_last)\n"
+           f"{i}    else:\n"
+           f"{i}        _pair_sync(13)  # set 0's last PV has read Vs[s_last]\n"
+           f"{i}        o_t = Vs.index(s_last)\n"
+           f"{i}    o_t.reshape([HM, Dv]).store(out)\n"
+           f"{i}    fence_async_shared()\n"
+           f"{i}    tma.async_copy_shared_to_global(o_desc, {coord}, o_t)\n"
+           f"{i}    tma.store_wait(0)  # the store has read the slot\n"
+           f"{i}    if WG == 0:\n"
+           f"{i}        mbarrier.arrive(k_free.index(s_last), count=1)\n"
+           f"{i}    else:\n"
+           f"{i}        mbarrier.arrive(v_free.index(s_last), count=1)\n"
+           f"{i}else:\n" + "".join(f"{i}    {line[len(i):]}\n" for line in old.splitlines()))
+    s = s[:e.start()] + new + s[e.end():]
+    if n1 != 1 or s.count("# (kv_stage)") != 6:
+        raise ValueError(f"kv_stage: {n1} prologue releases, {s.count('# (kv_stage)')} edits")
+    return s
+
+
 VERSIONS = {  # name: (parameter overrides over the database's, transforms)
     "p": ({"persistent": 1}, ()),
     "p_kv": ({"persistent": 1}, (kv_first,)),
     "p_kv_q": ({"persistent": 1}, (kv_first, q_per_set)),
     "q": ({}, (q_per_set,)),
 }
+ALL_VERSIONS = {**VERSIONS, "p_kvo": ({"persistent": 1}, (kv_stage,))}
+if "--kv-stage" in sys.argv:  # call 4: O through the last K/V tile's slots, beside the persistent kernel
+    sys.argv.remove("--kv-stage")
+    VERSIONS = {v: ALL_VERSIONS[v] for v in ("p", "p_kvo")}
 ALLOW_SPILL = 64  # the persistent D = 256 kernel spills 16 B (40 causal): measured anyway, the gate would refuse it
 
 
@@ -98,7 +168,7 @@ def job(args):
     params = gp._params(spec)
     t0 = time.time()
     try:
-        over, transforms = VERSIONS.get(version, ({}, ()))
+        over, transforms = ALL_VERSIONS[version] if version != "db" else ({}, ())
         params = {**params, **over}
         plan = next(hopper_plans(spec, get_target("h200"), prefer=Candidate(params, "asked for")))
         if plan.params != params:

@@ -155,6 +155,22 @@ def _four_warpgroups(spec: AttentionSpec, target: Target, first: dict[str, int])
     return Candidate(params, _hopper_reason(64, params))
 
 
+def _o_via_kv(spec: AttentionSpec, target: Target, first: dict[str, int]) -> Candidate | None:
+    """The first choice at D = Dv = 256 without a mask or a score modifier up to 1k keys: the two-warpgroup kernel walked
+    persistently with O out through the work tile's last K/V ring slots (``ostage = 3``, docs/TL.md section 11.5), so that
+    Qs goes back to the load warp after the last QK^T GEMM and the next work tile's Q loads under this one's last PV GEMM
+    and epilogue (with O through Qs the load warp's next copy waits for O's store: Nsight Compute had warpgroup 1 at its
+    wait for Q a tenth of its time at 1k keys). Measured on the H200 (bench/RESULTS.md, 2026-12-04 run 22 call 4, a text
+    transform of the persistent kernel, every kernel verified first, 3 rounds) over the shipped kernel (O through Qs, one
+    program per work tile): 1k x 1k +4.2% fp16, +6.1% bf16; 4k x 4k +0.6 / -0.2%; 16k even; under the causal mask -5.8 /
+    -0.6% at 1k (the persistent causal kernel spills 32 bytes, and at 16k it runs at two thirds). Past 1k keys: not first."""
+    if (target.cc[0] != 9 or (spec.head_dim, spec.head_dim_v) != (256, 256) or spec.is_decode or _masked(spec) or score_mods(spec)
+            or spec.seqlen_k > 1024 or first.get("ostage") != 2 or first["BN"] * 2 != first["BM"]):
+        return None
+    params = {**first, "persistent": 1, "ostage": 3}
+    return Candidate(params, _hopper_reason(256, params))
+
+
 def _chained(spec: AttentionSpec, target: Target, first: dict[str, int]) -> bool:
     """Whether the planner offers the first choice with its work tiles chained (``chain = 1``, docs/TL.md section 11.5:
     the next work tile's first QK^T GEMM in the turn of this one's last PV GEMM, Q in a slot per tile parity), as its
@@ -213,6 +229,8 @@ def _hopper_reason(d: int, p: dict[str, int]) -> str:
         why += ", O stored by TMA from a shared tile" + (" (in place of a third ring slot)" if d > 64 and p["stages"] == 2 else " beside the ring")
     elif p.get("ostage") == 2:
         why += ", O stored by TMA from the warpgroup's rows of Q's shared tile"
+    elif p.get("ostage") == 3:
+        why += ", O stored by TMA from the last K/V tile's ring slots (Q's tile back to the load warp after the last QK^T GEMM)"
     if p.get("qreg"):
         why += ", Q in registers for every QK^T GEMM (Qs given back to the load warp once read)"
     return why
@@ -252,6 +270,9 @@ def hopper_candidates(spec: AttentionSpec, target: Target) -> list[Candidate]:
     four = _four_warpgroups(spec, target, first)
     if four is not None:  # first: faster where timed (512 and 1k rows), offered where it covers Sq in as few padded rows
         out.insert(0, four)
+    via_kv = _o_via_kv(spec, target, first)
+    if via_kv is not None:  # first: faster where timed (1k keys); the kernel of O through Qs its fallback
+        out.insert(0, via_kv)
     if first.get("ostage") == 1 and first["stages"] > _FIRST[key]["stages"]:  # D = 64: the ring's slot beside the staging tile back
         first = {**first, "stages": _FIRST[key]["stages"]}
         out.append(Candidate(dict(first), f"a {first['stages']}-slot ring beside O's staging tile"))

@@ -49,6 +49,9 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
     # four compute warpgroups in ping-pong (BM = 256, BN = 64, persistent, O staged: the planner's choice at D = 64 without a
     # mask for 512-1024 query rows; two tile loops, 1000 keys ending in a partial tile), for GLUON_MUTANTS
     "hopper_four_sets": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", seqlen_q=1000, seqlen_k=1000), "h200"),
+    # O out through the last K/V tile's ring slots (ostage = 3, persistent: the planner's choice at D = 256 without a mask up to
+    # 1k keys), for GLUON_MUTANTS
+    "hopper_o_via_kv": (AttentionSpec(heads=4, kv_heads=2, head_dim=256, dtype="bf16", seqlen_q=1000, seqlen_k=1000), "h200"),
     # the same Hopper form planned for sm_100 (tcgen05 into tensor memory), for GLUON_MUTANTS
     "blackwell": (AttentionSpec(heads=4, kv_heads=2, head_dim=64, dtype="bf16", causal=True), "b200"),
     # the CUDA backend's kernels, as a model writes them with --translate llm (the model mutants below)
@@ -58,7 +61,7 @@ SPECS: dict[str, tuple[AttentionSpec, str]] = {
 # is the gluon backend's). Gluon and CUDA kernels run natively only: without a GPU to run them (and
 # always with --quick) their mutants are judged by the gate's steps before verification, as is
 # their control.
-SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_four_sets": "gluon", "hopper_persistent": "gluon", "hopper_chain": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
+SPEC_BACKENDS: dict[str, str] = {"hopper": "gluon", "hopper_three_sets": "gluon", "hopper_three_sets_causal": "gluon", "hopper_four_sets": "gluon", "hopper_o_via_kv": "gluon", "hopper_persistent": "gluon", "hopper_chain": "gluon", "hopper_o_via_q": "gluon", "hopper_alibi": "gluon", "hopper_decode": "gluon", "blackwell": "gluon", "cuda": "cuda"}
 
 # A base planned from the planner's first candidate with these parameters rather than its first choice (one generate
 # falls back to, or the tuner times): gluon.gpucheck.base_kernel for GLUON_MUTANTS, selftest.run._base for the TL ones.
@@ -366,6 +369,15 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_four_sets_o_rows_of_one_warpgroup", "hopper_four_sets", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "the four warpgroups' TMA stores of O from their staging slots all go to the first set's rows: rows 64-255 of every row "
            "tile are never written"),
+    # O through the last K/V tile's slots (ostage = 3): the slot each set's rows of O go through (the races of a dropped pair
+    # barrier or a slot given back before its store are the CPU replay's: tests/test_gluon_persistent.py)
+    Mutant("gluon_o_via_kv_set0_writes_the_v_slot", "hopper_o_via_kv", "kernel", r"o_t = Ks\.index\(", "o_t = Vs.index(",
+           "set 0 stages its rows of O in the last tile's V slot too, as soon as set 1's last QK^T is done: set 1's last PV GEMM may "
+           "read them as V, and set 1's rows overwrite set 0's under its store"),
+    Mutant("gluon_o_via_kv_store_from_qs", "hopper_o_via_kv", "kernel",
+           r"tma\.async_copy_shared_to_global\(o_desc, \[(.*)\], o_t\)", r"tma.async_copy_shared_to_global(o_desc, [\1], Qs.index(WG))",
+           "the TMA store of O reads the set's rows of Qs, not the slot O was written into: every row tile's O is its Q (or the next "
+           "work tile's, copied there since)"),
     # split-KV decode, the partial kernel's split bounds: a split's key range a tile short (the compute role's hi only)
     Mutant("gluon_decode_split_ends_a_tile_early", "hopper_decode", "kernel", r"^(    hi = gl\.minimum\(.*\))$", r"\1 - 1",
            "each split's compute loop stops one K/V tile short of its share: the last tile of every split is never seen"),

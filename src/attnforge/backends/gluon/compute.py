@@ -213,8 +213,12 @@ def _release(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
 def release_k(m: Writer, t: TileLoop, at: n.Expr, indent: int) -> None:
     """Tile ``at``'s K slot given back once its QK^T GEMM is done (where the TL gives K back on its own):
     the load role refills it while the softmax and the PV GEMM of the tile run."""
-    if t.k_release is not None:
-        _arrive(m, t, t.k_release, at, indent)
+    if t.k_release is None:
+        return
+    if m.hk.o_via_kv:  # ostage = 3: set 0 keeps the work tile's last K slot for its rows of O (_store_o_via_kv gives it back)
+        m.emit(f"if WG != 0 or {m.dev(at)} < hi - 1:", indent)
+        indent += 1
+    _arrive(m, t, t.k_release, at, indent)
 
 
 def _in_turn(m: Writer, t: TileLoop, indent: int, qk: n.Expr | None = None, pv: n.Expr | None = None, q: str | None = None) -> None:
@@ -245,17 +249,28 @@ def _turn(m: Writer, indent: int, take: bool) -> None:
 TURN_BARRIERS_END = 16
 
 
+# ostage = 3: two more named barriers below the turns' (12 and 13 beside two warpgroups' 14 and 15), each passed by one set
+# and waited on by the other before it writes its rows of O into a ring slot the first set's GEMM read: K_READ, set 1's last
+# QK^T GEMM is done (set 0 writes the last tile's K slot); V_READ, set 0's last PV GEMM is done (set 1 writes its V slot).
+K_READ_BARRIER = TURN_BARRIERS_END - 4
+V_READ_BARRIER = TURN_BARRIERS_END - 3
+
+
 def turn_helpers(m: Writer) -> None:
     """``_take_turn`` and ``_pass_turn`` (pingpong): one bar.sync / bar.arrive a thread of the warpgroup, on named
-    barrier TURN_BARRIERS_END - SETS + the warpgroup taking the turn, which completes with its threads and the passer's."""
+    barrier TURN_BARRIERS_END - SETS + the warpgroup taking the turn, which completes with its threads and the passer's.
+    With ``ostage = 3`` also ``_pair_sync`` and ``_pair_arrive`` (one set waits on named barrier ID, the other passes it)."""
     threads = 2 * 32 * m.warps_per_set
     first = f"{TURN_BARRIERS_END} - SETS"
-    for name, op, bar in (("_take_turn", "sync", "WG"), ("_pass_turn", "arrive", "(WG + 1) % SETS")):
+    helpers = [("_take_turn", "sync", "WG", f"{first} + WG"), ("_pass_turn", "arrive", "WG", f"{first} + (WG + 1) % SETS")]
+    if m.hk.o_via_kv:
+        helpers += [("_pair_sync", "sync", "ID", "ID"), ("_pair_arrive", "arrive", "ID", "ID")]
+    for name, op, arg, bar in helpers:
         m.emit("@gluon.jit")
-        m.emit(f"def {name}(WG: gl.constexpr):")
+        m.emit(f"def {name}({arg}: gl.constexpr):")
         m.emit(f"one_a_thread: gl.constexpr = gl.BlockedLayout([1], [32], [WG_WARPS], [0])", 1)
         m.emit(f'gl.inline_asm_elementwise("bar.{op} $1, {threads}; mov.u32 $0, 0;", "=r,r", '
-               f"[gl.full([32 * WG_WARPS], {first} + {bar}, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)", 1)
+               f"[gl.full([32 * WG_WARPS], {bar}, gl.int32, one_a_thread)], dtype=gl.int32, is_pure=False, pack=1)", 1)
         m.emit()
 
 
@@ -406,7 +421,12 @@ def compute_fn(m: Writer) -> None:
         _wait_tile(m, t.v_wait, j, last, 2)
         _in_turn(m, t, 2, pv=last)
         m.emit("acc, _, _ = warpgroup_mma_wait(0, deps=(acc, p, v_t))  # p: its registers stay live until the GEMM is done", 2)
-        _release(m, t, last, 2)
+        if hk.o_via_kv:  # set 1 keeps the last tile's V slot for its rows of O; set 0 says its last PV GEMM has read it
+            m.emit("if WG == 0:", 2)
+            _release(m, t, last, 3)
+            m.emit(f"_pair_arrive({V_READ_BARRIER})  # set 1 may write its rows of O into that V slot", 3)
+        else:
+            _release(m, t, last, 2)
     else:
         for bounds, masked in _tile_loops(m, "lo", "hi", 0):
             m.emit(f"for {j} in range({bounds}):", 1)
@@ -565,7 +585,12 @@ def _give_q_back(m: Writer) -> None:
     is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run
     (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``; with ``qreg``, once Q is in registers:
     ``_q_to_registers``)."""
-    if m.hk.persistent and not m.hk.o_via_q and not m.hk.q_in_registers:
+    if m.hk.o_via_kv:  # (a work tile without K/V tiles stores O through Qs and gives it back after: _store_o_via_kv)
+        m.emit("if lo < hi:", 1)
+        m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 2)
+        m.emit("if WG == 1:", 2)
+        m.emit(f"_pair_arrive({K_READ_BARRIER})  # set 0 may write its rows of O into the last tile's K slot", 3)
+    elif m.hk.persistent and not m.hk.o_via_q and not m.hk.q_in_registers:
         m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 1)
 
 
@@ -589,6 +614,12 @@ def _epilogue(m: Writer) -> None:
             m.emit(f"o_ptrs = o_base + gl.expand_dims({_row_offsets(m, view, 'o_rows', strides)}, 1) + gl.expand_dims(o_cols, 0)"
                    f"  # {tensor}'s last stride is 1 (launch)", 1)
             m.emit(f"gl.store(o_ptrs, out, mask=gl.expand_dims(o_rows, 1) < {m.dev(view.shape[0])})", 1)
+        elif s is m.hk.epilogue[3] and m.hk.o_via_kv:
+            # 32-bit offsets (launch checks the whole of lse is within their reach): with the int64 (b, h) base the persistent
+            # D = 256 kernel spills 16 bytes (the sign of a stride kept from the kernel's entry: bench/RESULTS.md run 22)
+            view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[1]
+            base = " + ".join(f"({m.dev(e)}) * {st}" for e, st in zip(view.offset, strides))
+            m.emit(f"gl.store({tensor} + {base} + {_row_offsets(m, view, 'rows', strides)}, lse_r, mask=rows < {m.dev(view.shape[0])})", 1)
         elif s is m.hk.epilogue[3]:
             view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[1]
             m.emit(f"gl.store({tensor} + {view_base(m, view, strides)} + {_row_offsets(m, view, 'rows', strides)}, lse_r, "
@@ -606,6 +637,9 @@ def _tma_store_o(m: Writer, s: n.Copy) -> None:
     view = m.hk.views[s.dst]
     coord = ", ".join([m.dev(e) for e in view.offset] + [f"({m.dev(s.coord[0])}) * {m.dev(s.tile[0])} + WG * HM",
                                                           f"({m.dev(s.coord[1])}) * {m.dev(s.tile[1])}"])
+    if m.hk.o_via_kv:
+        _store_o_via_kv(m, coord)
+        return
     if m.hk.o_via_q:
         m.emit("q_t.store(out)  # O into this warpgroup's rows of Qs: its last QK^T GEMM is done", 1)
         m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
@@ -620,6 +654,40 @@ def _tma_store_o(m: Writer, s: n.Copy) -> None:
     m.emit(f"{O_STAGE_NAME}.index(WG).reshape([HM, Dv]).store(out)", 1)
     m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
     m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {O_STAGE_NAME}.index(WG))", 1)
+
+
+def _store_o_via_kv(m: Writer, coord: str) -> None:
+    """``ostage = 3``: each set's rows of O through a ring slot of the work tile's last K/V tile -- set 0 its K slot, once
+    set 1's last QK^T GEMM is done (``K_READ_BARRIER``), set 1 its V slot, once set 0's last PV GEMM is (``V_READ_BARRIER``)
+    -- by one TMA store, after which the set gives that slot back to the load warp (the other set gave it back after its
+    GEMM). Qs went back after the last QK^T GEMM (``_give_q_back``). A work tile without K/V tiles has no slot: its O (zeros)
+    leaves through Qs, which goes back after that store."""
+    t = m.hk.loops[-1]
+    last = n.Binary("-", n.Name("hi"), n.Num(1))
+    k_slot, v_slot = (m.dev(m.ring_at(e, t.loop.var, last)) for e in (t.qk.b_index, t.pv.b_index))
+    k_free, v_free = (m.bar(n.BarrierRef(r.barrier.name, m.ring_at(r.barrier.index, t.loop.var, last))) for r in (t.k_release, t.release))
+    m.emit("if lo < hi:  # O through this set's slot of the last K/V tile", 1)
+    m.emit("if WG == 0:", 2)
+    m.emit(f"_pair_sync({K_READ_BARRIER})  # set 1's last QK^T GEMM has read the K slot", 3)
+    m.emit(f"o_t = {t.qk.b}.index({k_slot})", 3)
+    m.emit("else:", 2)
+    m.emit(f"_pair_sync({V_READ_BARRIER})  # set 0's last PV GEMM has read the V slot", 3)
+    m.emit(f"o_t = {t.pv.b}.index({v_slot})", 3)
+    m.emit("o_t.reshape([HM, Dv]).store(out)", 2)
+    m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 2)
+    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], o_t)", 2)
+    m.emit("tma.store_wait(0)  # the store has read the slot", 2)
+    m.emit("if WG == 0:  # the slot back to the load warp (the other set gave it back after its GEMM)", 2)
+    m.emit(f"mbarrier.arrive({k_free}, count=1)", 3)
+    m.emit("else:", 2)
+    m.emit(f"mbarrier.arrive({v_free}, count=1)", 3)
+    m.emit("else:  # no K/V tile: O (zeros) through this set's rows of Qs, given back after the store", 1)
+    m.emit("q_t.store(out)", 2)
+    m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 2)
+    rows = f"{_q_buffer(m)}.index(WG)" if m.q_parts > 1 else f"{_q_buffer(m)}.slice(WG * HM, HM, dim=2)"
+    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {rows})", 2)
+    m.emit("tma.store_wait(0)  # the store has read Qs", 2)
+    m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its store is done with it", 2)
 
 
 def _q_buffer(m: Writer) -> str:

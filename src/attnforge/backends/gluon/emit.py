@@ -250,6 +250,10 @@ def _launch_fn(m: Writer, combine: Combine | None, one_split: int | None = None)
         m.emit("if o.stride(3) != 1:  # the stores are vectorised along the head dim", 1)
         m.emit("raise LaunchError(f\"o has strides {tuple(o.stride())}; this kernel writes rows of o contiguously (last stride 1)\", where=\"o\", "
                "hint=\"pass o = torch.empty(...) (contiguous), or a transposed view of one whose last dimension is contiguous\")", 2)
+        if hk.o_via_kv:  # (compute._epilogue: this kernel's LSE offsets are 32-bit)
+            m.emit("if sum((n - 1) * abs(st) for n, st in zip(lse.shape, lse.stride())) >= 2**31:", 1)
+            m.emit("raise LaunchError(f\"lse {tuple(lse.shape)} spans past 2**31 elements; this kernel's LSE offsets are 32-bit\", where=\"lse\", "
+                   "hint=\"split the batch into calls of fewer sequences\")", 2)
     for desc in m.descriptors + (["o_desc"] if hk.ostage else []):
         t = desc[: -len("_desc")]
         m.emit(f"{desc} = tma_descriptor({t}, {t!r}, DESC_BLOCKS[{t!r}])", 1)
@@ -405,6 +409,9 @@ def translate(program: n.Program, *, head_dim: int, head_dim_v: int, file: str |
         _fail(kernel, f"dtype qkv = {qkv}, out = {dtypes.get('out')}: the gluon backend's wgmma kernels take fp16 or bf16 in and out", file)
     if hk.o_via_q and head_dim != head_dim_v:
         _fail(kernel, f"ostage = 2 stores O (Dv = {head_dim_v}) through Qs (D = {head_dim}): it needs D == Dv", file,
+              hint="ostage = 1 (a staging tile of its own), or leave ostage out")
+    if hk.o_via_kv and head_dim != head_dim_v:
+        _fail(kernel, f"ostage = 3 stores O (Dv = {head_dim_v}) through a K slot (D = {head_dim}) and a V slot: it needs D == Dv", file,
               hint="ostage = 1 (a staging tile of its own), or leave ostage out")
     one_split = one_split_axis(program) if combine is not None else None
     # the built-in merge is fused into the partial kernel's tail; any other second kernel runs as written

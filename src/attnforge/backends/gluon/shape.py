@@ -109,9 +109,17 @@ class HopperKernel:
     @property
     def ostage(self) -> bool:
         """O leaves by a TMA store from shared memory that runs on under what the compute role does
-        next (docs/TL.md section 11.5): from a staging tile of its own (``ostage = 1``) or from the
-        warpgroup's rows of Qs once its last QK^T GEMM is done (``ostage = 2``)."""
+        next (docs/TL.md section 11.5): from a staging tile of its own (``ostage = 1``), from the
+        warpgroup's rows of Qs once its last QK^T GEMM is done (``ostage = 2``), or from the work tile's
+        last K/V ring slots (``ostage = 3``)."""
         return bool(self.params.get("ostage", 0))
+
+    @property
+    def o_via_kv(self) -> bool:
+        """``ostage = 3`` (persistent, two warpgroup sets): O leaves from the work tile's last K/V tile's ring slots, set 0's
+        rows from its K slot, set 1's from its V slot, so that Qs goes back to the load warp once the last QK^T GEMM is
+        done and the next work tile's Q loads under the last PV GEMM and the epilogue."""
+        return self.params.get("ostage", 0) == 3
 
     @property
     def o_via_q(self) -> bool:
@@ -321,8 +329,11 @@ def _check_frame(hk: HopperKernel, file: str | None) -> None:
         what = "a split-KV partial kernel (its partial O is fp32 scratch)" if hk.split_kv else "the sm_100 (tcgen05) kernel"
         _fail(hk.kernel, f"ostage = {hk.params['ostage']} on {what}: the gluon backend stores O by TMA from its sm_90 prefill kernel only", file,
               hint="leave ostage out of the param line")
-    if hk.params.get("ostage", 0) not in (0, 1, 2):
-        _fail(hk.kernel, f"ostage = {hk.params['ostage']}", file, hint="ostage = 1 (O through a staging tile of its own) or 2 (through Qs)")
+    if hk.params.get("ostage", 0) not in (0, 1, 2, 3):
+        _fail(hk.kernel, f"ostage = {hk.params['ostage']}", file,
+              hint="ostage = 1 (O through a staging tile of its own), 2 (through Qs) or 3 (through the last K/V tile's ring slots)")
+    if hk.o_via_kv:
+        _check_o_via_kv(hk, file)
     if hk.params.get("qreg", 0):
         _check_q_in_registers(hk, file)
     if hk.ostage and O_STAGE_NAME in {**hk.shared, **hk.barriers}:
@@ -406,6 +417,32 @@ def _check_chain(hk: HopperKernel, file: str | None) -> None:
         _fail(hk.loops[0].loop, f"chain = 1 with a tile loop bounded by {', '.join(sorted(bounds & grid))}: the work tiles must walk the same "
               "K/V tiles (no causal or window bound), so that the next one's first tile follows this one's last in the ring", file,
               hint="leave chain out under a mask whose bounds move with the row tile")
+
+
+def _check_o_via_kv(hk: HopperKernel, file: str | None) -> None:
+    """What ``ostage = 3`` assumes: a persistent, overlapped ping-pong kernel of two warpgroup sets (set 0 stores its rows of O
+    from the last K/V tile's K slot, set 1 from its V slot, each after a named barrier says the other set's GEMM reading that
+    slot is done), whose K/V tile holds one set's rows of O (BN = BM / 2), with K's slot given back on its own after QK^T (the
+    slot that holds O is given back by its set after the store has read it), and neither Q in registers nor chained tiles
+    (both give Qs back early already, or read it past the last QK^T). D == Dv: emit's check."""
+    needs = [name for name, on in (("persistent", hk.persistent), ("overlap", hk.overlap), ("pingpong", hk.pingpong)) if not on]
+    if needs:
+        _fail(hk.kernel, f"ostage = 3 without {' and '.join(f'{x} = 1' for x in needs)}: O through the last K/V tile's slots frees Qs for "
+              "the next work tile's Q, which a persistent, overlapped ping-pong kernel loads under this one's tail", file,
+              hint="set persistent = 1, overlap = 1 and pingpong = 1, or ostage = 2 (O through Qs)")
+    if hk.sets != 2:
+        _fail(hk.compute, f"ostage = 3 with {hk.sets} compute warpgroups: the last K/V tile's two slots hold two sets' rows of O", file,
+              hint="8 compute warps in ping-pong, or ostage = 1")
+    for name, on in (("qreg = 1", hk.q_in_registers), ("chain = 1", hk.chain)):
+        if on:
+            _fail(hk.kernel, f"ostage = 3 with {name}: the translator does not combine the two", file, hint=f"leave {name.split()[0]} out, or ostage out")
+    if hk.params["BN"] * hk.sets != hk.params["BM"]:
+        _fail(hk.kernel, f"ostage = 3 with BN = {hk.params['BN']}, BM = {hk.params['BM']}: a K/V tile's slot holds one set's rows of O "
+              "(BN = BM / 2)", file, hint=f"BN = {hk.params['BM'] // hk.sets}, or ostage = 2 (O through Qs)")
+    if any(t.k_release is None for t in hk.loops):
+        _fail(hk.loops[0].loop, "ostage = 3 with K's slot given back together with V's: set 0 holds the last tile's K slot for its O "
+              "past the PV GEMM, so K needs a free barrier of its own (Arrive k_free after Wait GEMM S)", file,
+              hint="give K's slot back on its own barrier (the built-in planner's Hopper form does), or ostage = 2")
 
 
 def _check_q_in_registers(hk: HopperKernel, file: str | None) -> None:
