@@ -36,6 +36,9 @@ run bf16_alibi --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 600
 run bf16_softcap --dtype bf16 --head-dim 128 --heads 4 --kv-heads 2 --seqlen-q 600 --seqlen-k 600 --softcap 20
 run fp16_scoremod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --score-mod "score - 0.01 * abs(q_idx - kv_idx)"
 run fp16_maskmod --dtype fp16 --head-dim 64 --heads 4 --kv-heads 4 --seqlen-q 500 --seqlen-k 500 --mask-mod "(q_idx + kv_idx) % 3 != 0"
+# D = 256 without a mask up to 1k keys: O through the last K/V tile's ring slots (ostage = 3, plan/hopper._o_via_kv)
+run bf16_d256_o_via_kv --dtype bf16 --head-dim 256 --heads 4 --kv-heads 2 --seqlen-q 700 --seqlen-k 1000
+run fp16_d256_o_via_kv --dtype fp16 --head-dim 256 --heads 2 --kv-heads 2 --seqlen-q 1000 --seqlen-k 333
 # past 1k query rows at D = 64 without a mask: three compute warpgroups (BM = 192, plan/hopper._three_warpgroups)
 run fp16_d64_three_sets --dtype fp16 --head-dim 64 --heads 4 --kv-heads 2 --seqlen-q 1500 --seqlen-k 1333
 # 512 to 1024 query rows at D = 64 without a mask: four (BM = 256, plan/hopper._four_warpgroups)

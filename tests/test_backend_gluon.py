@@ -267,8 +267,12 @@ def test_o_through_the_last_kv_slots_is_the_first_choice_only_where_it_was_measu
         spec = AttentionSpec(**{"heads": 8, "head_dim": 256, "dtype": "bf16", "seqlen_q": 1024, **kw})
         return [c.params for c in hopper_candidates(spec, target)]
 
+    from attnforge.generate import tuned_candidate
+
     first = planned()
     assert first[0] == dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+    for dtype in ("bf16", "fp16"):  # the tuning database's 1k-key entries hold it (run 22 call 5)
+        assert tuned_candidate(AttentionSpec(heads=8, head_dim=256, dtype=dtype, seqlen_q=1024), H200, "gluon").params == first[0]
     assert first[1] == dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, ostage=2)
     assert planned(seqlen_q=100, seqlen_k=700)[0]["ostage"] == planned(dtype="fp16", seqlen_q=4096, seqlen_k=1024)[0]["ostage"] == 3
     for kw in (dict(seqlen_k=1025), dict(seqlen_q=4096), dict(causal=True), dict(window_left=128, window_right=0), dict(softcap=30.0),
