@@ -626,7 +626,9 @@ def test_the_tuner_searches_the_hopper_form_on_its_gpu_only():
 
     first = dict(BM=128, BN=128, warps=8, stages=3, pingpong=1, overlap=1)
     order = hopper_neighbours(first)
-    assert order[0] == first and len(order) == 240 and all(p["BM"] == 128 for p in order)
+    assert order[0] == first and len(order) == 243 and all(p["BM"] == 128 for p in order)
+    via_kv = [p for p in order if p.get("ostage") == 3]  # (only what the translator takes: shape._check_o_via_kv)
+    assert len(via_kv) == 3 and all(p["BN"] == 64 and p.get("persistent") and p.get("overlap") and not p.get("qreg") for p in via_kv)
     assert {**first, "ostage": 1} in order[:10] and {**first, "ostage": 2} in order[:10]  # the first and its 9 neighbours one change away
     assert {**first, "qreg": 1} in order[:10] and not any(p.get("qreg") and p.get("ostage") == 2 for p in order)  # (refused: not combined)
     assert {"BM": 128, "BN": 64, "warps": 8, "stages": 2} in order  # every switch off: left out, not 0

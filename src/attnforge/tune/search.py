@@ -108,10 +108,20 @@ def hopper_neighbours(first: dict[str, int]) -> list[dict[str, int]]:
     bm = first.get("BM", 128)
     depth = first.get("stages", 2)  # (the first choice's own ring depth, and two slots more past 4: four warpgroups take 6)
     axes = {"BN": [64, 128], "stages": sorted({2, 3, 4, depth} | ({depth + 2} if depth >= 4 else set())),
-            "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1, 2], "qreg": [0, 1]}
-    # (Q in registers with O out through Qs: the translator refuses the pair)
+            "pingpong": [0, 1] if bm & (bm - 1) == 0 else [1], "overlap": [0, 1], "persistent": [0, 1], "ostage": [0, 1, 2, 3], "qreg": [0, 1]}
     grid = _nearest_first(first, axes, ("pingpong", "overlap", "persistent", "ostage", "qreg"))
-    return [p for p in grid if not (p.get("qreg") and p.get("ostage") == 2)]
+    return [p for p in grid if _translator_takes(p)]
+
+
+def _translator_takes(p: dict[str, int]) -> bool:
+    """Whether the gluon translator takes these schedule switches together, so that a candidate it would refuse does not use
+    up a --max-candidates slot: not Q in registers with O out through Qs (``shape._check_q_in_registers``), and O through the
+    last K/V tile's slots only in a persistent, overlapped ping-pong kernel of two warpgroups with BN = BM / 2 and Q read from
+    Qs (``shape._check_o_via_kv``; its D == Dv the translator checks against the spec)."""
+    if p.get("qreg") and p.get("ostage") in (2, 3):
+        return False
+    return p.get("ostage") != 3 or bool(p.get("persistent") and p.get("overlap") and p.get("pingpong") and p["warps"] == 8
+                                         and p["BN"] * 2 == p["BM"] and not p.get("chain"))
 
 
 def hopper_order(planned: list[dict[str, int]]) -> list[dict[str, int]]:
