@@ -297,6 +297,8 @@ def test_o_through_the_last_kv_slots_is_the_first_choice_only_where_it_was_measu
     (256, dict(BN=32), "ostage = 3 with BN = 32, BM = 128"),
     (64, dict(BM=192, warps=12, stages=4), "ostage = 3 with 3 compute warpgroups"),
     (128, dict(qreg=1), "ostage = 3 with qreg = 1"),
+    (64, dict(chain=1), "ostage = 3 with chain = 1"),
+    (256, dict(pingpong=0), "ostage = 3 without pingpong = 1"),
     (256, dict(ostage=4), "ostage = 4"),
 ])
 def test_o_through_the_kv_slots_is_refused_where_the_translator_does_not_take_it(d, over, said):
@@ -306,6 +308,37 @@ def test_o_through_the_kv_slots_is_refused_where_the_translator_does_not_take_it
     program = parse(hopper_source(spec, H200, params), file="kernel.tl")
     with pytest.raises(TranslateError, match=re.escape(said)):
         gluon.translate(program, head_dim=d, head_dim_v=d)
+
+
+def test_o_through_the_kv_slots_refuses_k_given_back_with_v():
+    spec = AttentionSpec(heads=4, kv_heads=2, head_dim=256, dtype="bf16", seqlen_q=1000, seqlen_k=1000)
+    params = dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+    text = hopper_source(spec, H200, params)
+    together = re.sub(r"^\s*Arrive k_free\[.*\]\n", "", text, flags=re.M).replace("v_free", "kv_free")
+    together = re.sub(r"^(\s*)Wait kv_free(.*)\n\1Copy V", r"\1Copy V", together, flags=re.M)  # (the load role's V wait: kv_free's one)
+    together = re.sub(r"^\s*Wait k_free.*\n", "", together, flags=re.M).replace("Allocate k_free in barrier (stages)\n", "")
+    assert together != text and "k_free" not in together
+    with pytest.raises(TranslateError, match="ostage = 3 with K's slot given back together with V's"):
+        gluon.translate(parse(together, file="kernel.tl"), head_dim=256, head_dim_v=256)
+
+
+def test_o_through_the_kv_slots_launch_refuses_an_lse_past_32_bit_offsets(tmp_path):
+    """The ostage = 3 kernel's LSE offsets are 32-bit: launch refuses (before it builds a descriptor or launches) an LSE tensor
+    they do not reach, checked=True or not. Meta tensors: no memory."""
+    import torch
+
+    from attnforge.backends.gluon import _import
+    from attnforge.errors import LaunchError
+
+    spec = AttentionSpec(heads=8, kv_heads=8, head_dim=256, dtype="bf16", seqlen_q=1000, seqlen_k=1000)
+    params = dict(BM=128, BN=64, warps=8, stages=2, pingpong=1, overlap=1, persistent=1, ostage=3)
+    path = tmp_path / "k.py"
+    path.write_text(gluon.translate(parse(hopper_source(spec, H200, params), file="kernel.tl"), head_dim=256, head_dim_v=256).source)
+    module = _import(path)
+    q = torch.empty(5, 8, 2**26, 256, dtype=torch.bfloat16, device="meta")
+    lse = torch.empty(5, 8, 2**26, dtype=torch.float32, device="meta")
+    with pytest.raises(LaunchError, match="spans past 2\\*\\*31 elements"):
+        module.launch(q, q, q, q, lse, scale=0.0625, checked=True)
 
 
 def test_o_through_the_kv_slots_needs_equal_head_dims():

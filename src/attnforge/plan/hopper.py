@@ -163,7 +163,8 @@ def _o_via_kv(spec: AttentionSpec, target: Target, first: dict[str, int]) -> Can
     wait for Q a tenth of its time at 1k keys). Measured on the H200 (bench/RESULTS.md, 2026-12-04 run 22 call 4, a text
     transform of the persistent kernel, every kernel verified first, 3 rounds) over the shipped kernel (O through Qs, one
     program per work tile): 1k x 1k +4.2% fp16, +6.1% bf16; 4k x 4k +0.6 / -0.2%; 16k even; under the causal mask -5.8 /
-    -0.6% at 1k (the persistent causal kernel spills 32 bytes, and at 16k it runs at two thirds). Past 1k keys: not first."""
+    -0.6% at 1k (the persistent causal kernel spills 32 bytes, and at 16k it runs at two thirds). From the translator (call 5)
+    +6.4 / +5.5% at 1k x 1k. Past 1k keys: not offered (the tuner's neighbours may time it)."""
     if (target.cc[0] != 9 or (spec.head_dim, spec.head_dim_v) != (256, 256) or spec.is_decode or _masked(spec) or score_mods(spec)
             or spec.seqlen_k > 1024 or first.get("ostage") != 2 or first["BN"] * 2 != first["BM"]):
         return None

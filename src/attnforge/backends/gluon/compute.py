@@ -249,9 +249,10 @@ def _turn(m: Writer, indent: int, take: bool) -> None:
 TURN_BARRIERS_END = 16
 
 
-# ostage = 3: two more named barriers below the turns' (12 and 13 beside two warpgroups' 14 and 15), each passed by one set
-# and waited on by the other before it writes its rows of O into a ring slot the first set's GEMM read: K_READ, set 1's last
-# QK^T GEMM is done (set 0 writes the last tile's K slot); V_READ, set 0's last PV GEMM is done (set 1 writes its V slot).
+# ostage = 3: two more named barriers below the turns' (12 and 13 beside two warpgroups' 14 and 15; the translator takes
+# ostage = 3 with two sets only, shape._check_o_via_kv), each passed by one set and waited on by the other before it writes its
+# rows of O into a ring slot the passing set's GEMM read: K_READ, set 1's last QK^T GEMM is done (set 0 writes the last
+# tile's K slot); V_READ, set 0's last PV GEMM is done (set 1 writes its V slot).
 K_READ_BARRIER = TURN_BARRIERS_END - 4
 V_READ_BARRIER = TURN_BARRIERS_END - 3
 
@@ -264,6 +265,7 @@ def turn_helpers(m: Writer) -> None:
     first = f"{TURN_BARRIERS_END} - SETS"
     helpers = [("_take_turn", "sync", "WG", f"{first} + WG"), ("_pass_turn", "arrive", "WG", f"{first} + (WG + 1) % SETS")]
     if m.hk.o_via_kv:
+        assert m.hk.sets == 2, "ostage = 3's barriers sit below two sets' turns"  # (shape._check_o_via_kv refuses other counts)
         helpers += [("_pair_sync", "sync", "ID", "ID"), ("_pair_arrive", "arrive", "ID", "ID")]
     for name, op, arg, bar in helpers:
         m.emit("@gluon.jit")
@@ -584,7 +586,8 @@ def _give_q_back(m: Writer) -> None:
     """A persistent kernel's compute warpgroups are done with Qs once the work tile's last QK^T GEMM
     is: the load role may copy the next work tile's Q while the last PV GEMM and the epilogue run
     (with ``ostage = 2``, once O's store from Qs has read it: ``_tma_store_o``; with ``qreg``, once Q is in registers:
-    ``_q_to_registers``)."""
+    ``_q_to_registers``). With ``ostage = 3`` only where the work tile has K/V tiles (without, O leaves through Qs:
+    ``_store_o_via_kv``), and set 1 then also passes ``K_READ_BARRIER``: its last QK^T GEMM has read the last K slot."""
     if m.hk.o_via_kv:  # (a work tile without K/V tiles stores O through Qs and gives it back after: _store_o_via_kv)
         m.emit("if lo < hi:", 1)
         m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: every QK^T GEMM of this work tile is done", 2)
@@ -618,8 +621,8 @@ def _epilogue(m: Writer) -> None:
             # 32-bit offsets (launch checks the whole of lse is within their reach): with the int64 (b, h) base the persistent
             # D = 256 kernel spills 16 bytes (the sign of a stride kept from the kernel's entry: bench/RESULTS.md run 22)
             view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[1]
-            base = " + ".join(f"({m.dev(e)}) * {st}" for e, st in zip(view.offset, strides))
-            m.emit(f"gl.store({tensor} + {base} + {_row_offsets(m, view, 'rows', strides)}, lse_r, mask=rows < {m.dev(view.shape[0])})", 1)
+            m.emit(f"gl.store({tensor} + {view_base(m, view, strides, wide=False)} + {_row_offsets(m, view, 'rows', strides)}, lse_r, "
+                   f"mask=rows < {m.dev(view.shape[0])})", 1)
         elif s is m.hk.epilogue[3]:
             view, (tensor, strides) = m.hk.views[s.dst], m.outputs()[1]
             m.emit(f"gl.store({tensor} + {view_base(m, view, strides)} + {_row_offsets(m, view, 'rows', strides)}, lse_r, "
@@ -702,13 +705,13 @@ def _stored_as(m: Writer) -> str:
     return ".to(DTYPE)" if tensor == "o" else f".to({tensor}.dtype.element_ty)"
 
 
-def view_base(m: Writer, alloc: n.Allocate, strides: tuple[str, ...]) -> str:
+def view_base(m: Writer, alloc: n.Allocate, strides: tuple[str, ...], wide: bool = True) -> str:
     """The offset of a view of a tensor: its TL offsets (batch, head, and a split's index) times the
     tensor's leading strides, in 64 bits (a (b, h) offset past 2**31 elements must not wrap;
-    scalars: no cost per element)."""
+    scalars: no cost per element); ``wide = False``: in 32 bits, where launch has checked they reach."""
     if len(alloc.offset) >= len(strides):
         _fail(alloc, f"{alloc.name} views {alloc.tensor} with {len(alloc.offset)} leading indices; the gluon backend takes fewer than its rank", m.file)
-    return " + ".join(f"({m.dev(e)}).to(gl.int64) * {stride}" for e, stride in zip(alloc.offset, strides))
+    return " + ".join(f"({m.dev(e)}){'.to(gl.int64)' if wide else ''} * {stride}" for e, stride in zip(alloc.offset, strides))
 
 
 def _row_offsets(m: Writer, alloc: n.Allocate, rows: str, strides: tuple[str, ...]) -> str:

@@ -108,10 +108,10 @@ class HopperKernel:
 
     @property
     def ostage(self) -> bool:
-        """O leaves by a TMA store from shared memory that runs on under what the compute role does
-        next (docs/TL.md section 11.5): from a staging tile of its own (``ostage = 1``), from the
-        warpgroup's rows of Qs once its last QK^T GEMM is done (``ostage = 2``), or from the work tile's
-        last K/V ring slots (``ostage = 3``)."""
+        """O leaves by a TMA store from shared memory (docs/TL.md section 11.5): from a staging tile of its own that the
+        store empties under what the compute role does next (``ostage = 1``), from the warpgroup's rows of Qs once its last
+        QK^T GEMM is done (``ostage = 2``), or from the work tile's last K/V ring slots (``ostage = 3``; waited for at once,
+        so that the slot goes back to the load warp)."""
         return bool(self.params.get("ostage", 0))
 
     @property
@@ -433,9 +433,12 @@ def _check_o_via_kv(hk: HopperKernel, file: str | None) -> None:
     if hk.sets != 2:
         _fail(hk.compute, f"ostage = 3 with {hk.sets} compute warpgroups: the last K/V tile's two slots hold two sets' rows of O", file,
               hint="8 compute warps in ping-pong, or ostage = 1")
-    for name, on in (("qreg = 1", hk.q_in_registers), ("chain = 1", hk.chain)):
-        if on:
-            _fail(hk.kernel, f"ostage = 3 with {name}: the translator does not combine the two", file, hint=f"leave {name.split()[0]} out, or ostage out")
+    for name, why in (("qreg = 1", hk.q_in_registers and "Q in registers gives Qs back at the work tile's start already"),
+                      ("chain = 1", hk.chain and "the chained tiles' schedule (compute._chained_tiles) does not hold the last K/V slots "
+                       "back for O nor pass the sets' named barriers")):
+        if why:
+            _fail(hk.kernel, f"ostage = 3 with {name}: the translator does not combine the two ({why})", file,
+                  hint=f"leave {name.split()[0]} out, or ostage out")
     if hk.params["BN"] * hk.sets != hk.params["BM"]:
         _fail(hk.kernel, f"ostage = 3 with BN = {hk.params['BN']}, BM = {hk.params['BM']}: a K/V tile's slot holds one set's rows of O "
               "(BN = BM / 2)", file, hint=f"BN = {hk.params['BM'] // hk.sets}, or ostage = 2 (O through Qs)")
