@@ -305,7 +305,7 @@ def _check_progress(runs: dict) -> None:
     its barrier's arrival, taken as immediate), and every role must run to its end. A reordering of
     the copies or waits that can deadlock (a role waiting for an arrival another role makes only
     after it waits itself) stops here with the blocked waits. A role yields after each arrival, so the
-    load warp moves as soon as a slot is given back: a K/V slot refilled while a compute warpgroup's
+    load warp moves as soon as a slot is given back: a K/V slot (or Qs) refilled while a compute warpgroup's
     GEMM reading its previous tile is still in flight (issued, not yet retired by a warpgroup_mma_wait)
     is a race that stops here too, and so are (``ostage = 3``) a compute warpgroup's rows of O written into a K/V slot while
     another's GEMM reading it is in flight, and the load warp's refill of a slot whose O store has not been waited for."""
@@ -327,7 +327,7 @@ def _check_progress(runs: dict) -> None:
         fills: dict[tuple[str, int | None], int] = defaultdict(int)  # ring slot (K, V, Q) -> copies into it so far
         q_fill = {r: _q_fills_read(roles[r]) for r in computes}  # event index of a QK^T GEMM's read of Qs -> (slot, fill it must read)
         q_parity = next((e[2] for r in computes for e in roles[r] if e[:2] == ("wait", "q_ready")), None)  # (chained: its index)
-        in_flight: dict[str, list[tuple[str, int | None]]] = {r: [] for r in computes}  # GEMMs issued, not yet retired
+        in_flight: dict[str, list[list[tuple[str, int | None]]]] = {r: [] for r in computes}  # GEMMs issued, not retired: what each reads
         retired: dict[tuple[str, str, int | None], int] = defaultdict(int)  # (role, ring, slot) -> GEMM reads retired
         # happens-before, whatever order this replay runs the roles in (vector clocks): a role's clock ticks at each of its
         # events; an arrival adds the role's clock to its barrier phase's, a wait that passes takes in the phases it waited
@@ -380,6 +380,9 @@ def _check_progress(runs: dict) -> None:
                     elif e[0] == "copy":
                         ring, slot = e[1], e[2]
                         if ring == "Qs":
+                            for reader in computes:  # (a QK^T GEMM reads Qs while in flight, as it reads K)
+                                assert ("Qs", slot) not in {r for reads in in_flight[reader] for r in reads}, (
+                                    f"program {pid}: the load warp refills Qs[{slot}] while {reader}'s QK^T GEMM reading it is still in flight")
                             fills[(ring, slot)] += 1
                         if ring in ("Ks", "Vs"):
                             for i in range(stores_from[(ring, slot)]):  # every O store that read the slot was waited for, before this
@@ -405,11 +408,13 @@ def _check_progress(runs: dict) -> None:
                     elif e[0] == "store_wait" and e[1] == 0:
                         for key in unwaited.pop(role, []):
                             waited_at[key] = (role, clock[role][role])
-                    elif e[0] == "gemm":
-                        in_flight[role].append((e[1], e[2]))
+                    elif e[0] == "gemm":  # what the GEMM reads from shared memory: its B operand, and Qs where its A came from there
+                        a = events[at[role] - 1]
+                        in_flight[role].append([(e[1], e[2])] + ([("Qs", a[1])] if a[0] == "qread" else []))
                     elif e[0] == "mma_wait":  # at most e[1] GEMM groups left in flight, the newest; they retire in order
                         keep = len(in_flight[role]) - min(e[1], len(in_flight[role]))
-                        for ring, slot in in_flight[role][:keep]:
+                        for reads in in_flight[role][:keep]:
+                            ring, slot = reads[0]
                             retired_at[(role, ring, slot, retired[(role, ring, slot)])] = clock[role][role]
                             retired[(role, ring, slot)] += 1
                         in_flight[role] = in_flight[role][keep:]
@@ -607,7 +612,7 @@ def test_qk_gemms_reading_qs_after_its_early_hand_back_are_caught():
     early = source.index("mbarrier.arrive(q_free, count=1)  # Qs given back at once")
     assert source.index("q_r = q_t.load(") < early < source.index("warpgroup_mma(q_r, k_t")
     _check_progress(_run(source, spec, 2, 1000, 600, 3))
-    with pytest.raises(AssertionError, match="reads Qs"):
+    with pytest.raises(AssertionError, match="reads Qs|refills Qs.* while .* QK\\^T GEMM reading it is still in flight"):
         _check_progress(_run(mutant.apply(source), spec, 2, 1000, 600, 3))
 
 
@@ -1031,3 +1036,16 @@ def test_a_work_tile_without_keys_gives_qs_back_only_after_its_store():
     _check_protocol(_run(source, spec, 2, 600, 300, 3), 2, 128, 64, 2)
     with pytest.raises(AssertionError, match="Qs given back before O's store from it was waited for"):
         _check_protocol(_run(early, spec, 2, 600, 300, 3), 2, 128, 64, 2)
+
+
+def test_a_q_refill_under_a_qk_gemm_still_in_flight_is_caught():
+    """The first tile's QK^T GEMM left unwaited (one K/V tile a work tile): Qs goes back to the load warp while that GEMM,
+    which reads Qs, is still in flight, and the next work tile's Q copy lands under it. The refill is checked against the
+    GEMMs in flight for Qs as for K and V."""
+    spec, params = SPECS["full-d128"]
+    source = _source(spec, {**params, "persistent": 1})
+    unwaited = re.sub(r"^\s*S, _, _ = warpgroup_mma_wait\(0, deps=\(S, q_t, k_t\)\)\n", "", source, count=1, flags=re.M)
+    assert unwaited != source
+    _check_progress(_run(source, spec, 1, 300, 64, 1))
+    with pytest.raises(AssertionError, match=r"refills Qs\[\d\] while compute\d's QK\^T GEMM reading it is still in flight"):
+        _check_progress(_run(unwaited, spec, 1, 300, 64, 1))
