@@ -286,6 +286,10 @@ CUDA_MUTANTS: tuple[Mutant, ...] = (
 # kernels run natively on Hopper only. ``python -m attnforge.backends.gluon.gpucheck --phase mutants``
 # plants each in its spec's kernel and verifies it on the GPU in a process with a deadline (a hang
 # is a catch); the CPU tests check that each still compiles, so the verification is what must catch it.
+# two or more tile loops (three or four warpgroups): the edge between the unmasked and the masked loop; a set's TMA box of Q
+_LOOP_EDGE = r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)"
+_Q_BOX_ROWS = r"\(m\) \* BM \+ w \* HM, "
+
 GLUON_MUTANTS: tuple[Mutant, ...] = (
     Mutant("gluon_first_k_wait_dropped", "hopper", "kernel",
            r"^\s*mbarrier\.wait\(k_ready\.index\(\(lo % stages\)\), \(\(lo // stages\) % 2\)\)\n", "",
@@ -351,20 +355,20 @@ GLUON_MUTANTS: tuple[Mutant, ...] = (
            r"o_desc, [\1], Qs.index((WG + 1) % SETS))",
            "with O out through Qs, each warpgroup set's TMA store takes the next set's rows of Qs: the row tile's shares swapped round"),
     # three warpgroups (BM = 192): the edge between the unmasked and the masked tile loop, and Q's box per warpgroup
-    Mutant("gluon_three_sets_mask_a_tile_late", "hopper_three_sets", "kernel", r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)",
+    Mutant("gluon_three_sets_mask_a_tile_late", "hopper_three_sets", "kernel", _LOOP_EDGE,
            "gl.minimum(gl.maximum(lo, split), hi - 1)",
            "the unmasked loop runs a tile past split: the tail tile is scored without the Mask (keys past Sk, read as zeros, weigh in)", every=True),
     Mutant("gluon_three_sets_causal_bound_a_key_late", "hopper_three_sets_causal", "kernel",
            r"kv_idx <= gl\.expand_dims\(gl\.minimum\(\(Sk\) - 1, \(\(\(rows \+ Sk\) - Sq\)\)\), 1\)",
            "kv_idx <= gl.expand_dims(gl.minimum((Sk) - 1, (((rows + Sk) - Sq)) + 1), 1)",
            "three warpgroups' causal bound (against the keys' indices) one past each row's diagonal"),
-    Mutant("gluon_three_sets_q_boxes_at_one_row", "hopper_three_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
+    Mutant("gluon_three_sets_q_boxes_at_one_row", "hopper_three_sets", "kernel", _Q_BOX_ROWS, "(m) * BM, ",
            "each warpgroup's TMA box of Q reads the first warpgroup's rows: warpgroups 1 and 2 score the first 64 rows' queries"),
     # four warpgroups (BM = 256): the same edges with four sets of rows, and each set's slot of the O staging tile
-    Mutant("gluon_four_sets_mask_a_tile_late", "hopper_four_sets", "kernel", r"gl\.minimum\(gl\.maximum\(lo, split - 1\), hi - 1\)",
+    Mutant("gluon_four_sets_mask_a_tile_late", "hopper_four_sets", "kernel", _LOOP_EDGE,
            "gl.minimum(gl.maximum(lo, split), hi - 1)",
            "four warpgroups' unmasked loop runs a tile past split: the partial tail tile is scored without the Mask", every=True),
-    Mutant("gluon_four_sets_q_boxes_at_one_row", "hopper_four_sets", "kernel", r"\(m\) \* BM \+ w \* HM, ", "(m) * BM, ",
+    Mutant("gluon_four_sets_q_boxes_at_one_row", "hopper_four_sets", "kernel", _Q_BOX_ROWS, "(m) * BM, ",
            "each of the four warpgroups' TMA boxes of Q reads the first warpgroup's rows: warpgroups 1-3 score the first 64 rows' queries"),
     Mutant("gluon_four_sets_o_rows_of_one_warpgroup", "hopper_four_sets", "kernel", r"\(m\) \* BM \+ WG \* HM, ", "(m) * BM, ",
            "the four warpgroups' TMA stores of O from their staging slots all go to the first set's rows: rows 64-255 of every row "

@@ -644,13 +644,7 @@ def _tma_store_o(m: Writer, s: n.Copy) -> None:
         _store_o_via_kv(m, coord)
         return
     if m.hk.o_via_q:
-        m.emit("q_t.store(out)  # O into this warpgroup's rows of Qs: its last QK^T GEMM is done", 1)
-        m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 1)
-        rows = f"{_q_buffer(m)}.index(WG)" if m.q_parts > 1 else f"{_q_buffer(m)}.slice(WG * HM, HM, dim=2)"
-        m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {rows})", 1)
-        if m.hk.persistent:
-            m.emit("tma.store_wait(0)  # the store has read Qs", 1)
-            m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its QK^T GEMMs and O's store are done with it", 1)
+        _store_o_from_qs(m, coord, 1)
         return
     if m.hk.persistent:
         m.emit(f"tma.store_wait(0)  # the previous work tile's O store has read {O_STAGE_NAME}", 1)
@@ -685,12 +679,19 @@ def _store_o_via_kv(m: Writer, coord: str) -> None:
     m.emit("else:", 2)
     m.emit(f"mbarrier.arrive({v_free}, count=1)", 3)
     m.emit("else:  # no K/V tile: O (zeros) through this set's rows of Qs, given back after the store", 1)
-    m.emit("q_t.store(out)", 2)
-    m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", 2)
+    _store_o_from_qs(m, coord, 2)
+
+
+def _store_o_from_qs(m: Writer, coord: str, indent: int) -> None:
+    """O through the set's own rows of Qs by one TMA store (``ostage = 2``; ``ostage = 3``'s work tile without K/V tiles); a
+    persistent kernel gives Qs back to the load warp once the store has read them."""
+    m.emit("q_t.store(out)  # O into this warpgroup's rows of Qs: its last QK^T GEMM is done", indent)
+    m.emit("fence_async_shared()  # the shared stores are seen by the TMA unit", indent)
     rows = f"{_q_buffer(m)}.index(WG)" if m.q_parts > 1 else f"{_q_buffer(m)}.slice(WG * HM, HM, dim=2)"
-    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {rows})", 2)
-    m.emit("tma.store_wait(0)  # the store has read Qs", 2)
-    m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its store is done with it", 2)
+    m.emit(f"tma.async_copy_shared_to_global(o_desc, [{coord}], {rows})", indent)
+    if m.hk.persistent:
+        m.emit("tma.store_wait(0)  # the store has read Qs", indent)
+        m.emit(f"mbarrier.arrive({Q_FREE_NAME}, count=1)  # Qs given back: its QK^T GEMMs and O's store are done with it", indent)
 
 
 def _q_buffer(m: Writer) -> str:
